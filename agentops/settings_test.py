@@ -1,0 +1,15 @@
+"""Test settings: explicit about everything that differs from production."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DJANGO_DEBUG", "1")
+
+from agentops.settings import *  # noqa: E402, F403
+
+# Passwords in tests need not resist attackers, only be quick to check.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Short leases so tests that take over an abandoned task wait fractions of a second.
+JOURNAL_LEASE_SECONDS = 2.0

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import URLPattern, URLResolver, include, path
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("admin/", admin.site.urls),
+    path("django-rq/", include("django_rq.urls")),
+]

@@ -1,0 +1,85 @@
+"""One runner per task (DESIGN §11): a lease in PostgreSQL, judged by the database clock.
+
+Taking the lease increments the task's token. Every journal write made under a lease
+starts with :func:`fence`, which checks the token and extends the lease in one statement,
+and holds the task's row lock until the write commits — so a runner whose lease was taken
+over can write nothing, and a takeover cannot slip between a holder's check and commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+from django.conf import settings
+from django.db import connection
+
+
+class LeaseLost(Exception):
+    """Another runner holds the task now; this runner must stop without writing."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    task_id: UUID
+    owner: str
+    token: int
+
+
+def _seconds() -> float:
+    return float(settings.JOURNAL_LEASE_SECONDS)
+
+
+def lease_acquire(*, task_id: UUID, owner: str, seconds: float | None = None) -> Lease | None:
+    """Take the task's lease if nobody holds a live one; ``None`` if somebody does."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE journal_task
+               SET lease_token = lease_token + 1,
+                   lease_owner = %s,
+                   lease_expires_at = now() + make_interval(secs => %s)
+             WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+         RETURNING lease_token
+            """,
+            [owner, seconds if seconds is not None else _seconds(), task_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else Lease(task_id=task_id, owner=owner, token=row[0])
+
+
+def fence(lease: Lease, *, allocate_step: bool = False) -> int:
+    """Inside a write transaction: prove the lease is still ours and extend it.
+
+    Returns the task's step count, incremented first when ``allocate_step`` (the number of
+    the step about to be recorded). Raises :class:`LeaseLost` if the token has moved on.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE journal_task
+               SET lease_expires_at = now() + make_interval(secs => %s),
+                   step_count = step_count + %s
+             WHERE id = %s AND lease_token = %s
+         RETURNING step_count
+            """,
+            [_seconds(), 1 if allocate_step else 0, lease.task_id, lease.token],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise LeaseLost(
+            f"task {lease.task_id}: lease {lease.token} of {lease.owner} was taken over"
+        )
+    return int(row[0])
+
+
+def lease_release(lease: Lease) -> None:
+    """Give the lease up early (a crashed runner's lease simply expires)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE journal_task SET lease_expires_at = NULL, lease_owner = ''
+             WHERE id = %s AND lease_token = %s
+            """,
+            [lease.task_id, lease.token],
+        )

@@ -1,0 +1,23 @@
+"""The knobs of the journal, in one value passed to its services (tests shrink them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Policy:
+    lookup_schedule: tuple[float, ...] = (1.0, 2.0, 5.0, 15.0, 30.0, 60.0, 120.0)
+    """Seconds to wait before each reconciliation round of an unknown step: the first entry
+    after the step went unknown, the next after the first round, and so on. When every
+    round has been used and the step is still unknown, the task needs a human."""
+    key_margin: float = 0.1
+    """The fraction of a tool's key lifetime not trusted: a retry that would land near the
+    end of the provider's memory is not made."""
+    read_attempts: int = 3
+    """Reads are simply retried, this many attempts in all."""
+    max_steps: int = 50
+    """A task that has recorded this many steps without finishing needs a human."""
+
+
+DEFAULT_POLICY = Policy()
