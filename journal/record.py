@@ -141,6 +141,8 @@ def step_record(*, lease: Lease, decision: Call, tools: Mapping[str, Tool]) -> S
 
 
 def _json_or_repr(value: Any) -> Any:
+    if value is None:
+        return {}
     try:
         return _json(value)
     except (TypeError, ValueError):

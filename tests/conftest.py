@@ -16,7 +16,7 @@ def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> It
     from django.test.utils import setup_databases, teardown_databases
 
     with django_db_blocker.unblock():
-        config = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+        config = setup_databases(verbosity=0, interactive=False, aliases={"default": {}})
     yield
     with django_db_blocker.unblock():
         teardown_databases(config, verbosity=0)

@@ -13,7 +13,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -37,12 +37,12 @@ class Effect:
 class Provider:
     key_lifetime: float = 24 * 3600.0
     ledger: list[Effect] = field(default_factory=list)
-    memory: dict[str, tuple[float, dict[str, Any], Effect]] = field(default_factory=dict)
+    memory: dict[str, tuple[float, dict[str, Any], Effect | Reply]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    ids: Iterable[int] = field(default_factory=itertools.count)
+    ids: Iterator[int] = field(default_factory=itertools.count)
 
-    def apply(self, key: str, args: Mapping[str, Any]) -> Effect | Reply:
-        """Perform the effect once per remembered key; a replay returns the first effect."""
+    def apply(self, key: str, args: Mapping[str, Any], *, decline: bool = False) -> Effect | Reply:
+        """Act once per remembered key: a retry gets the first response (effect or decline)."""
         with self.lock:
             now = time.monotonic()
             remembered = self.memory.get(key)
@@ -50,10 +50,14 @@ class Provider:
                 if remembered[1] != dict(args):
                     return Reply(400, code="idempotency_error", message="key reused")
                 return remembered[2]
-            effect = Effect(key=key, args=dict(args), id=f"eff_{next(iter(self.ids))}")
-            self.ledger.append(effect)
-            self.memory[key] = (now, dict(args), effect)
-            return effect
+            response: Effect | Reply
+            if decline:
+                response = Reply(402, code="card_declined", message="Your card was declined.")
+            else:
+                response = Effect(key=key, args=dict(args), id=f"eff_{next(self.ids)}")
+                self.ledger.append(response)
+            self.memory[key] = (now, dict(args), response)
+            return response
 
     def find(self, key: str) -> Effect | None:
         with self.lock:
@@ -67,7 +71,7 @@ class Provider:
 # What a call may do, in order of how much of it happens before things go wrong.
 BEHAVIOURS = (
     "ok",  # the effect happens and the reply arrives
-    "refuse",  # the provider declines (402): nothing happens
+    "refuse",  # the provider declines (402) a key it has not seen: nothing happens
     "not_sent",  # connection refused before a byte left
     "timeout_before",  # the client gives up before the provider acts
     "timeout_after",  # the provider acts; the reply never arrives
@@ -92,6 +96,7 @@ class ChargeTool:
     lookup_script: list[str] = field(default_factory=list)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     lookups: list[str] = field(default_factory=list)
+    lookup_default: str = "ok"
     on_call: Any = None
 
     def validate(self, args: Mapping[str, Any]) -> list[str]:
@@ -117,11 +122,9 @@ class ChargeTool:
             return NotSent("ConnectionRefusedError", "connection refused")
         if behaviour == "timeout_before":
             return Interrupted("ReadTimeout", "no reply within 5 s")
-        if behaviour == "refuse":
-            return Reply(402, code="card_declined", message="Your card was declined.")
         if behaviour == "rate_limited":
             return Reply(429, code="rate_limit")
-        result = self.provider.apply(key, args)
+        result = self.provider.apply(key, args, decline=behaviour == "refuse")
         if isinstance(result, Reply):
             return result
         if behaviour == "timeout_after":
@@ -134,7 +137,7 @@ class ChargeTool:
 
     def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
         self.lookups.append(key)
-        behaviour = self.lookup_script.pop(0) if self.lookup_script else "ok"
+        behaviour = self.lookup_script.pop(0) if self.lookup_script else self.lookup_default
         if behaviour == "down":
             raise ConnectionError("provider down")
         if behaviour == "lagging":
@@ -153,7 +156,7 @@ class ScriptedPlanner:
 
     def decide(self, facts: TaskFacts) -> Decision:
         self.asked.append(facts)
-        decided = len([s for s in facts.steps])
+        decided = len(facts.steps)
         if decided < len(self.decisions):
             decision = self.decisions[decided]
             times_asked = sum(1 for f in self.asked if len(f.steps) == decided)

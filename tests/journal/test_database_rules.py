@@ -57,8 +57,9 @@ def test_entries_cannot_be_truncated() -> None:
 def test_entries_are_append_only_from_a_plain_psycopg_connection_too() -> None:
     step = _task_with_settled_step()
     params = connection.get_connection_params()
-    with psycopg.connect(**params, autocommit=True) as conn, pytest.raises(
-        psycopg.errors.InsufficientPrivilege
+    with (
+        psycopg.connect(**params, autocommit=True) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
     ):
         conn.execute("DELETE FROM journal_entry WHERE task_id = %s", [step.task_id])
 

