@@ -49,5 +49,5 @@ class StepAdmin(ReadOnlyAdmin):
 
 @admin.register(Entry)
 class EntryAdmin(ReadOnlyAdmin):
-    list_display = ["id", "at", "task", "step", "kind", "actor"]
+    list_display = ["id", "at", "kind", "actor", "step"]
     list_filter = ["kind"]

@@ -1,0 +1,108 @@
+"""The project as its users first meet it: production settings, the admin, the services."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import django_rq
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test import Client
+
+from journal.leases import lease_acquire
+from journal.record import step_record, task_create
+from tests.journal.support import ChargeTool, Provider, charge, invoice
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "agentops.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_check_deploy_is_clean_with_production_settings() -> None:
+    result = _manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_production_settings_refuse_to_start_without_a_secret() -> None:
+    result = _manage("check", DJANGO_DEBUG="0", DJANGO_SECRET_KEY="")
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set" in result.stderr
+
+
+def test_settings_refuse_to_start_without_a_database() -> None:
+    result = _manage("check", DJANGO_DEBUG="1", DATABASE_URL="")
+    assert result.returncode != 0
+    assert "DATABASE_URL is not set" in result.stderr
+
+
+@pytest.mark.usefixtures("committed")
+def test_the_admin_shows_the_journal_behind_a_login() -> None:
+    client = Client()
+    assert client.get("/admin/").status_code == 302  # to the login page
+    assert client.get("/admin/login/").status_code == 200
+
+    user = get_user_model().objects.create_superuser(
+        username=f"op-{secrets.token_hex(4)}", email="op@example.com", password="pw-for-tests"
+    )
+    client.force_login(user)
+    index = client.get("/admin/").content.decode()
+    for name in ("Tasks", "Steps", "Entries"):
+        assert f">{name}<" in index
+
+    task = task_create(kind="renewal", goal="charge INV for the admin test")
+    lease = lease_acquire(task_id=task.pk, owner="admin-test")
+    assert lease is not None
+    inv = invoice()
+    step = step_record(lease=lease, decision=charge(inv), tools={"charge": ChargeTool(Provider())})
+    page = client.get(f"/admin/journal/task/{task.pk}/change/")
+    assert page.status_code == 200
+    assert step.key in page.content.decode()
+    entries = client.get(f"/admin/journal/entry/?task__id__exact={task.pk}").content.decode()
+    assert "step recorded" in entries and "attempt started" in entries
+    # The journal is read-only in the admin: no add, change or delete of entries.
+    assert client.get("/admin/journal/entry/add/").status_code == 403
+
+
+@pytest.mark.usefixtures("committed")
+def test_demo_seed_creates_the_operator_once_and_prints_the_password_once() -> None:
+    first, second = io.StringIO(), io.StringIO()
+    call_command("demo_seed", stdout=first)
+    call_command("demo_seed", stdout=second)
+    operator = get_user_model().objects.get(username="operator")
+    assert operator.is_superuser and operator.is_staff
+    printed = re.search(r"operator / (\S+) ", first.getvalue() + second.getvalue())
+    if printed:  # this session created it: the printed password is the real one
+        assert operator.check_password(printed.group(1))
+    assert "exists" in second.getvalue()
+    assert " / " not in second.getvalue()
+
+
+def test_redis_is_a_real_server() -> None:
+    redis = django_rq.get_connection("default")
+    assert redis.ping()
+    info = redis.info("server")
+    assert info["redis_version"] and info["tcp_port"] > 0
