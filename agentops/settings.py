@@ -108,6 +108,23 @@ RQ = {"COMMIT_MODE": "on_db_commit"}
 # journal write; it must exceed the longest tool call, so a live runner never loses it.
 JOURNAL_LEASE_SECONDS = _env_float("JOURNAL_LEASE_SECONDS", 60.0)
 
+# Tools (agentops/tools/). Each provider's address, credentials and how long it remembers
+# idempotency keys. An empty *_API_BASE means the real service (Stripe); the sandbox
+# providers (sandbox/) stand in for all three in the demo and the tests.
+TOOL_TIMEOUT_SECONDS = _env_float("TOOL_TIMEOUT_SECONDS", 5.0)
+STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "")
+STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "")
+STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
+STRIPE_KEY_LIFETIME_SECONDS = _env_float("STRIPE_KEY_LIFETIME_SECONDS", 24 * 3600.0)
+STRIPE_SEARCH_LAG_SECONDS = _env_float("STRIPE_SEARCH_LAG_SECONDS", 60.0)
+STRIPE_MAX_NETWORK_RETRIES = int(os.environ.get("STRIPE_MAX_NETWORK_RETRIES", "0"))
+MAIL_API_BASE = os.environ.get("MAIL_API_BASE", "")
+MAIL_API_KEY = os.environ.get("MAIL_API_KEY", "")
+MAIL_KEY_LIFETIME_SECONDS = _env_float("MAIL_KEY_LIFETIME_SECONDS", 24 * 3600.0)
+BOOKINGS_API_BASE = os.environ.get("BOOKINGS_API_BASE", "")
+BOOKINGS_API_KEY = os.environ.get("BOOKINGS_API_KEY", "")
+BOOKINGS_KEY_LIFETIME_SECONDS = _env_float("BOOKINGS_KEY_LIFETIME_SECONDS", 24 * 3600.0)
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

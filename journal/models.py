@@ -179,6 +179,8 @@ class EntryKind(models.TextChoices):
     """What the call saw, with the raw error class, and how it was classified."""
     LOOKUP = "lookup", "lookup"
     """The provider was asked what happened under the step's key."""
+    WEBHOOK_RECEIVED = "webhook_received", "webhook received"
+    """A provider's signed notification about the step arrived (with its event id)."""
     STEP_SETTLED = "step_settled", "step settled"
     """The step's outcome changed: done, not done or unknown, and by what."""
     CONFLICT = "conflict", "conflict"

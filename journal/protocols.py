@@ -39,14 +39,26 @@ class Tool(Protocol):
     it does not, and it may raise when it cannot tell.
     """
 
-    name: str
-    cost: CostClass
-    key_lifetime: timedelta
-    """How long the provider remembers keys (Stripe: 24 h). Retrying is safe only within it."""
-    lookup_lag: timedelta
-    """How long the provider's lookup may trail its writes (Stripe search: about a minute)."""
-    compensation: str | None
-    """The name of the tool that undoes this one, or None when nothing can (sagas)."""
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def cost(self) -> CostClass: ...
+
+    @property
+    def key_lifetime(self) -> timedelta:
+        """How long the provider remembers keys (Stripe: 24 h). Retrying is safe only within it."""
+        ...
+
+    @property
+    def lookup_lag(self) -> timedelta:
+        """How long the provider's lookup may trail its writes (Stripe search: about a minute)."""
+        ...
+
+    @property
+    def compensation(self) -> str | None:
+        """The name of the tool that undoes this one, or None when nothing can (sagas)."""
+        ...
 
     def validate(self, args: Mapping[str, Any]) -> list[str]:
         """Problems with the arguments, each a sentence; empty when they are valid."""

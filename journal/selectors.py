@@ -59,3 +59,7 @@ def task_open_step(*, task_id: UUID) -> Step | None:
         .order_by("n")
         .first()
     )
+
+
+def step_by_key(*, key: str) -> Step | None:
+    return Step.objects.filter(key=key).first()

@@ -25,6 +25,8 @@ from uuid import UUID
 
 import pytest
 from django.db.models import Q
+from django.db.models.functions import Now
+from django.test import override_settings
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -64,8 +66,15 @@ class JournalMachine(RuleBasedStateMachine):
         self.invoices: list[str] = [invoice() for _ in range(3)]
         self.entries: dict[int, tuple[Any, ...]] = {}
         self.done: dict[int, Any] = {}
-        # Short real delays: a lookup is due at once, then after 20 ms, then a human.
-        self.policy = Policy(lookup_schedule=(0.0, 0.02, 0.02))
+        # Time is the machine's to move (FoundationDB-style), so every run of a seed takes
+        # the same path: lookups wait "an hour" until the time_passes rule, and a dead
+        # runner's lease lasts until the lease rule ends it.
+        self.policy = Policy(lookup_schedule=(0.0, 3600.0, 3600.0))
+        self.settings = override_settings(JOURNAL_LEASE_SECONDS=3600.0)
+        self.settings.enable()
+
+    def teardown(self) -> None:
+        self.settings.disable()
 
     @initialize(key_lifetime=st.sampled_from([0.0, 3600.0]))
     def provider(self, key_lifetime: float) -> None:
@@ -114,6 +123,14 @@ class JournalMachine(RuleBasedStateMachine):
         task_id = data.draw(st.sampled_from(sorted(self.crashed)))
         Task.objects.filter(pk=task_id).update(lease_expires_at=None)
         self.crashed.discard(task_id)
+
+    @precondition(lambda self: bool(self.tasks))
+    @rule()
+    def time_passes(self) -> None:
+        """The scheduled lookups come due."""
+        Step.objects.filter(task_id__in=self.tasks, next_check_at__isnull=False).update(
+            next_check_at=Now()
+        )
 
     @precondition(lambda self: bool(self.tasks))
     @rule(data=st.data())

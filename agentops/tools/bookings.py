@@ -1,0 +1,150 @@
+"""Travel bookings through the bookings provider's HTTP API: flight holds and hotels.
+
+Each effect carries the step's key as its ``reference`` (and ``Idempotency-Key``), so it can
+be found by reference; each has a compensation (release the hold, cancel the booking).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from django.conf import settings
+
+from agentops.tools.base import SchemaTool, http_call
+from journal.outcomes import Observation, Outcome, Reply
+
+
+class BookingTool(SchemaTool):
+    """A bookings-API call: create by POST with our reference, or act on an object by id."""
+
+    collection: ClassVar[str]
+    action: ClassVar[str] = ""  # "" creates; otherwise POST /{collection}/{id}/{action}
+    id_arg: ClassVar[str] = ""
+    done_status: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.key_lifetime = timedelta(seconds=settings.BOOKINGS_KEY_LIFETIME_SECONDS)
+
+    def _url(self, args: Mapping[str, Any]) -> str:
+        base = f"{settings.BOOKINGS_API_BASE}/v1/{self.collection}"
+        return f"{base}/{args[self.id_arg]}/{self.action}" if self.action else base
+
+    def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
+        body = {} if self.action else {**args, "reference": key}
+        seen = http_call(
+            "POST",
+            self._url(args),
+            key=key,
+            timeout=settings.TOOL_TIMEOUT_SECONDS,
+            api_key=settings.BOOKINGS_API_KEY,
+            json=body,
+        )
+        if isinstance(seen, Reply) and seen.status < 300:
+            return Reply(seen.status, evidence=_evidence(seen.evidence))
+        return seen
+
+    def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
+        if self.action:
+            url = f"{settings.BOOKINGS_API_BASE}/v1/{self.collection}/{args[self.id_arg]}"
+            params: dict[str, Any] | None = None
+        else:
+            url, params = f"{settings.BOOKINGS_API_BASE}/v1/{self.collection}", {"reference": key}
+        seen = http_call(
+            "GET",
+            url,
+            key=None,
+            timeout=settings.TOOL_TIMEOUT_SECONDS,
+            api_key=settings.BOOKINGS_API_KEY,
+            params=params,
+        )
+        if not isinstance(seen, Reply) or seen.status >= 300:
+            raise LookupError(f"the bookings provider could not be asked: {seen}")
+        objects = seen.evidence.get("data", [seen.evidence]) if not self.action else [seen.evidence]
+        if not self.action:
+            objects = [o for o in objects if o.get("reference") == key]
+        if not objects:
+            return None
+        found = objects[0]
+        if found.get("status") == self.done_status:
+            return Outcome.done(_evidence(found))
+        if self.action:
+            return None  # the object exists but our action on it has not landed
+        return Outcome.done(_evidence(found)) if found.get("status") else None
+
+
+def _evidence(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: obj.get(k) for k in ("id", "status", "reference", "expires_at") if k in obj}
+
+
+class HoldFlight(BookingTool):
+    name = "hold_flight"
+    description = "Hold a seat on a flight for a passenger (released by release_flight)."
+    schema = {
+        "type": "object",
+        "properties": {
+            "flight": {"type": "string", "minLength": 2},
+            "passenger": {"type": "string", "minLength": 1},
+        },
+        "required": ["flight", "passenger"],
+        "additionalProperties": False,
+    }
+    collection = "flight_holds"
+    done_status = "held"
+    compensation = "release_flight"
+
+    def guard(self, args: Mapping[str, Any]) -> str | None:
+        return f"flight:{args['flight']}:{args['passenger']}"
+
+
+class ReleaseFlight(BookingTool):
+    name = "release_flight"
+    description = "Release a flight hold."
+    schema = {
+        "type": "object",
+        "properties": {"hold": {"type": "string", "pattern": "^fh_"}},
+        "required": ["hold"],
+        "additionalProperties": False,
+    }
+    collection = "flight_holds"
+    action = "release"
+    id_arg = "hold"
+    done_status = "released"
+
+
+class BookHotel(BookingTool):
+    name = "book_hotel"
+    description = "Book a hotel room (cancelled by cancel_hotel)."
+    schema = {
+        "type": "object",
+        "properties": {
+            "hotel": {"type": "string", "minLength": 1},
+            "guest": {"type": "string", "minLength": 1},
+            "check_in": {"type": "string", "format": "date"},
+            "check_out": {"type": "string", "format": "date"},
+        },
+        "required": ["hotel", "guest", "check_in", "check_out"],
+        "additionalProperties": False,
+    }
+    collection = "hotel_bookings"
+    done_status = "booked"
+    compensation = "cancel_hotel"
+
+    def guard(self, args: Mapping[str, Any]) -> str | None:
+        return f"hotel:{args['hotel']}:{args['guest']}:{args['check_in']}"
+
+
+class CancelHotel(BookingTool):
+    name = "cancel_hotel"
+    description = "Cancel a hotel booking."
+    schema = {
+        "type": "object",
+        "properties": {"booking": {"type": "string", "pattern": "^hb_"}},
+        "required": ["booking"],
+        "additionalProperties": False,
+    }
+    collection = "hotel_bookings"
+    action = "cancel"
+    id_arg = "booking"
+    done_status = "cancelled"

@@ -1,0 +1,231 @@
+"""Payments through the official ``stripe`` library: ``charge_customer`` and ``refund_charge``.
+
+The step's key is both the request's ``Idempotency-Key`` and ``metadata[agentops_key]`` on
+the PaymentIntent (or Refund), so the effect can be found by search or list later. With
+``STRIPE_API_BASE`` unset the client talks to the real Stripe; set it to the sandbox.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import stripe
+from django.conf import settings
+
+from agentops.tools.base import SchemaTool, observe_exception
+from journal.outcomes import Interrupted, Observation, Outcome, Reply
+
+KEY_FIELD = "agentops_key"
+# How far back a list-based lookup scans when search has not caught up yet.
+LIST_LOOKBACK = timedelta(hours=49)
+LIST_MAX_PAGES = 5
+
+
+def stripe_client(*, timeout: float | None = None) -> stripe.StripeClient:
+    base = {"api": settings.STRIPE_API_BASE} if settings.STRIPE_API_BASE else None
+    return stripe.StripeClient(
+        settings.STRIPE_API_KEY,
+        base_addresses=base,  # type: ignore[arg-type]
+        max_network_retries=settings.STRIPE_MAX_NETWORK_RETRIES,
+        http_client=stripe.RequestsClient(timeout=timeout or settings.TOOL_TIMEOUT_SECONDS),
+    )
+
+
+def observe_stripe(exc: stripe.StripeError) -> Observation:
+    """What a failed stripe call saw, for the journal to classify (DESIGN §2)."""
+    if isinstance(exc, stripe.APIConnectionError):
+        seen = observe_exception(exc)
+        if settings.STRIPE_MAX_NETWORK_RETRIES > 0 and not isinstance(seen, Interrupted):
+            # The library may have retried: an earlier try of this call may have landed.
+            return Interrupted(seen.error_class, seen.message)
+        return seen
+    error = exc.error
+    code = (error.code if error else None) or (error.type if error else None) or ""
+    if isinstance(exc, stripe.IdempotencyError) and exc.http_status == 400:
+        code = "idempotency_error"
+    status = exc.http_status or 500
+    return Reply(status, code=str(code), message=exc.user_message or str(exc)[:500])
+
+
+def intent_outcome(intent: Mapping[str, Any]) -> Outcome:
+    status = intent.get("status")
+    evidence = {
+        "payment_intent": intent.get("id"),
+        "charge": intent.get("latest_charge"),
+        "amount": intent.get("amount"),
+        "currency": intent.get("currency"),
+        "status": status,
+    }
+    if status == "succeeded":
+        return Outcome.done(evidence, f"payment {intent.get('id')} succeeded")
+    if status in ("requires_payment_method", "canceled"):
+        error = intent.get("last_payment_error") or {}
+        reason = error.get("decline_code") or error.get("code") or status
+        return Outcome.not_done(
+            f"payment {intent.get('id')} did not go through ({reason})", evidence=evidence
+        )
+    return Outcome.unknown(
+        f"payment {intent.get('id')} is {status}; the provider has not finished", evidence=evidence
+    )
+
+
+def _find_by_key(objects: Iterable[Any], key: str) -> Mapping[str, Any] | None:
+    for obj in objects:
+        if (obj.get("metadata") or {}).get(KEY_FIELD) == key:
+            return obj  # type: ignore[no-any-return]
+    return None
+
+
+class ChargeCustomer(SchemaTool):
+    name = "charge_customer"
+    description = (
+        "Charge a customer for an invoice, once. Amount in integer minor units (4900 = 49.00)."
+    )
+    schema = {
+        "type": "object",
+        "properties": {
+            "invoice": {"type": "string", "minLength": 1, "maxLength": 100},
+            "amount": {"type": "integer", "minimum": 1, "maximum": 100_000_000},
+            "currency": {"type": "string", "pattern": "^[a-z]{3}$"},
+            "payment_method": {"type": "string", "minLength": 1},
+            "customer": {"type": "string"},
+            "description": {"type": "string", "maxLength": 500},
+        },
+        "required": ["invoice", "amount", "currency", "payment_method"],
+        "additionalProperties": False,
+    }
+    compensation = "refund_charge"
+
+    def __init__(self) -> None:
+        self.key_lifetime = timedelta(seconds=settings.STRIPE_KEY_LIFETIME_SECONDS)
+        self.lookup_lag = timedelta(seconds=settings.STRIPE_SEARCH_LAG_SECONDS)
+
+    def guard(self, args: Mapping[str, Any]) -> str | None:
+        return f"charge:{args['invoice']}"
+
+    def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
+        params: dict[str, Any] = {
+            "amount": args["amount"],
+            "currency": args["currency"],
+            "payment_method": args["payment_method"],
+            "confirm": True,
+            # Redirect-based methods would leave the intent waiting for a customer.
+            "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
+            "metadata": {KEY_FIELD: key, "invoice": args["invoice"]},
+            "description": args.get("description") or f"Invoice {args['invoice']}",
+        }
+        if args.get("customer"):
+            params["customer"] = args["customer"]
+        try:
+            intent = stripe_client().v1.payment_intents.create(
+                params=params,  # type: ignore[arg-type]
+                options={"idempotency_key": key},
+            )
+        except stripe.StripeError as exc:
+            return observe_stripe(exc)
+        outcome = intent_outcome(intent.to_dict())
+        if outcome.state == "done":
+            return Reply(200, evidence=outcome.data["evidence"])
+        if outcome.state == "not_done":
+            return Reply(402, code="payment_failed", message=outcome.detail)
+        return Interrupted("PaymentNotFinished", outcome.detail)
+
+    def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
+        client = stripe_client()
+        found = client.v1.payment_intents.search(
+            params={"query": f"metadata['{KEY_FIELD}']:'{key}'", "limit": 10}
+        )
+        intent = _find_by_key(found.data, key)
+        if intent is None:
+            # Search trails writes; the list endpoint does not. Scan recent intents.
+            intent = _scan(lambda after: client.v1.payment_intents.list(params=_page(after)), key)
+        return None if intent is None else intent_outcome(intent)
+
+
+def _page(after: str | None) -> Any:
+    params: dict[str, Any] = {
+        "limit": 100,
+        "created": {"gte": int(time.time() - LIST_LOOKBACK.total_seconds())},
+    }
+    if after:
+        params["starting_after"] = after
+    return params
+
+
+def _scan(fetch: Any, key: str) -> Mapping[str, Any] | None:
+    after = None
+    for _ in range(LIST_MAX_PAGES):
+        page = fetch(after)
+        found = _find_by_key(page.data, key)
+        if found is not None or not page.has_more or not page.data:
+            return found
+        after = page.data[-1].id
+    return None
+
+
+class RefundCharge(SchemaTool):
+    name = "refund_charge"
+    description = "Refund a payment (all of it, or an amount in integer minor units)."
+    schema = {
+        "type": "object",
+        "properties": {
+            "payment_intent": {"type": "string", "pattern": "^pi_"},
+            "amount": {"type": "integer", "minimum": 1},
+            "reason": {"type": "string", "enum": ["duplicate", "requested_by_customer"]},
+        },
+        "required": ["payment_intent"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self) -> None:
+        self.key_lifetime = timedelta(seconds=settings.STRIPE_KEY_LIFETIME_SECONDS)
+
+    def guard(self, args: Mapping[str, Any]) -> str | None:
+        return f"refund:{args['payment_intent']}"
+
+    def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
+        params: dict[str, Any] = {
+            "payment_intent": args["payment_intent"],
+            "metadata": {KEY_FIELD: key},
+        }
+        for optional in ("amount", "reason"):
+            if args.get(optional) is not None:
+                params[optional] = args[optional]
+        try:
+            refund = stripe_client().v1.refunds.create(
+                params=params,  # type: ignore[arg-type]
+                options={"idempotency_key": key},
+            )
+        except stripe.StripeError as exc:
+            return observe_stripe(exc)
+        return Reply(200, evidence=refund_evidence(refund.to_dict()))
+
+    def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
+        client = stripe_client()
+        refund = _scan(
+            lambda after: client.v1.refunds.list(
+                params={
+                    "payment_intent": args["payment_intent"],
+                    "limit": 100,
+                    **({"starting_after": after} if after else {}),
+                }
+            ),
+            key,
+        )
+        if refund is None:
+            return None
+        if refund.get("status") in ("succeeded", "pending"):
+            return Outcome.done(refund_evidence(refund))
+        return Outcome.not_done(f"refund {refund.get('id')} {refund.get('status')}")
+
+
+def refund_evidence(refund: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "refund": refund.get("id"),
+        "payment_intent": refund.get("payment_intent"),
+        "amount": refund.get("amount"),
+        "status": refund.get("status"),
+    }

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from agentops.webhooks import WebhookRejected, stripe_event_receive
+
+
+@csrf_exempt  # authenticated by Stripe's signature over the raw body instead
+@require_POST
+def stripe_webhook(request: HttpRequest) -> HttpResponse:
+    try:
+        received = stripe_event_receive(
+            payload=request.body, signature=request.headers.get("Stripe-Signature", "")
+        )
+    except WebhookRejected as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse({"duplicate": received.duplicate, "result": received.result})
