@@ -5,6 +5,8 @@ from typing import Any
 
 import pytest
 
+pytest_plugins = ["tests.sandbox.fixtures"]
+
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> Iterator[None]:
