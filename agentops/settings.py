@@ -159,4 +159,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # The stripe library logs every request at INFO; the journal records what matters.
+    "loggers": {"stripe": {"level": "WARNING"}},
 }
