@@ -110,6 +110,12 @@ def _next_delay(policy: Policy, rounds_done: int) -> float | None:
     return policy.lookup_schedule[rounds_done]
 
 
+def _lookup_entries(step: Step, fact: dict[str, Any] | None) -> list[Any]:
+    if fact is None:
+        return []
+    return [entry(kind=EntryKind.LOOKUP, task_id=step.task_id, step_id=step.pk, **fact)]
+
+
 def key_alive(*, tool: Tool, first_started_at: datetime, now: datetime, policy: Policy) -> bool:
     """Whether the provider still certainly remembers a key first used at ``first_started_at``."""
     trusted = tool.key_lifetime * (1.0 - policy.key_margin)
@@ -141,26 +147,20 @@ def step_reconcile(
     lookup_fact: dict[str, Any] | None = None
     if tool.cost == CostClass.FULL:
         found = tool_lookup(tool, fresh.args, key=fresh.key)
+        settled = found is not None and found.state in SETTLED_STATES
         lookup_fact = {
             "key": fresh.key,
-            "found": found is not None and found.state in SETTLED_STATES,
+            "found": settled,
             "result": found.state if found is not None else "not_found",
             "detail": found.detail if found is not None else "",
         }
-        if found is not None and found.state in SETTLED_STATES:
+        if found is not None and settled:
             step_settle(
                 step_id=fresh.pk,
                 outcome=found,
                 via="lookup",
                 lease=lease,
-                extra=[
-                    entry(
-                        kind=EntryKind.LOOKUP,
-                        task_id=fresh.task_id,
-                        step_id=fresh.pk,
-                        **lookup_fact,
-                    )
-                ],
+                extra=_lookup_entries(fresh, lookup_fact),
             )
             return StepState(found.state)
     if fresh.first_started_at is None:  # pragma: no cover - every performed step has one
@@ -177,36 +177,28 @@ def step_reconcile(
         except StepAlreadySettled:
             return StepState(Step.objects.values_list("state", flat=True).get(pk=fresh.pk))
         return StepState(step_perform(lease=lease, step=fresh, tool=tool, policy=policy).state)
-    # The key is dead: only a lookup may settle the step now.
-    extra = (
-        [entry(kind=EntryKind.LOOKUP, task_id=fresh.task_id, step_id=fresh.pk, **lookup_fact)]
-        if (lookup_fact)
-        else []
-    )
+
+    # The key is dead: only a lookup may settle the step now. Keep looking while the
+    # provider's lookup may still trail an effect made under the key; then ask a human.
     lag_ends = fresh.first_started_at + tool.key_lifetime + tool.lookup_lag
-    still_lagging = (
-        tool.cost == CostClass.FULL and tool.lookup_lag > timedelta(0) and now < lag_ends
-    )
-    give_up = (
-        ""
-        if still_lagging
-        else (
-            f"step {fresh.key} ({tool.name}) is unknown, the provider no longer remembers its key, "
-            "and no lookup found it: a person must check with the provider"
+    give_up = ""
+    if not (tool.cost == CostClass.FULL and now < lag_ends and tool.lookup_lag > timedelta(0)):
+        give_up = (
+            f"step {fresh.key} ({tool.name}) is unknown, the provider no longer remembers its "
+            "key, and no lookup found it: a person must check with the provider"
         )
-    )
-    previous = fresh.outcome if fresh.state == StepState.UNKNOWN else {}
-    outcome = Outcome(
-        StepState.UNKNOWN,
-        fresh.detail or "the runner stopped during the call; the provider may have processed it",
-        previous or {"reason": "the runner stopped during the call"},
-    )
+    if fresh.state == StepState.UNKNOWN:
+        outcome = Outcome(StepState.UNKNOWN, fresh.detail, fresh.outcome)
+    else:  # pending: its runner died during the call
+        outcome = Outcome.unknown(
+            "the runner stopped during the call; the provider may have processed it"
+        )
     _unknown(
         lease=lease,
         step=fresh,
         outcome=outcome,
         policy=policy,
-        extra=extra,
+        extra=_lookup_entries(fresh, lookup_fact),
         count_round=True,
         give_up=give_up,
     )

@@ -61,17 +61,15 @@ class BookingTool(SchemaTool):
         )
         if not isinstance(seen, Reply) or seen.status >= 300:
             raise LookupError(f"the bookings provider could not be asked: {seen}")
-        objects = seen.evidence.get("data", [seen.evidence]) if not self.action else [seen.evidence]
-        if not self.action:
-            objects = [o for o in objects if o.get("reference") == key]
-        if not objects:
-            return None
-        found = objects[0]
-        if found.get("status") == self.done_status:
-            return Outcome.done(_evidence(found))
         if self.action:
-            return None  # the object exists but our action on it has not landed
-        return Outcome.done(_evidence(found)) if found.get("status") else None
+            # Acting on an existing object: our action landed iff the object shows it.
+            acted_on = seen.evidence
+            done = acted_on.get("status") == self.done_status
+            return Outcome.done(_evidence(acted_on)) if done else None
+        # Creating: an object carrying our reference is our effect, whatever became of it
+        # since (a hold that has expired or been released was still made).
+        mine = [o for o in seen.evidence.get("data", []) if o.get("reference") == key]
+        return Outcome.done(_evidence(mine[0])) if mine else None
 
 
 def _evidence(obj: Mapping[str, Any]) -> dict[str, Any]:

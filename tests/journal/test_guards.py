@@ -11,6 +11,7 @@ from django.db import connection
 from journal.leases import lease_acquire
 from journal.models import Entry, EntryKind, Step, Task
 from journal.outcomes import Outcome
+from journal.policy import Policy
 from journal.protocols import Call
 from journal.record import step_record, task_create
 from journal.run import task_advance
@@ -64,8 +65,6 @@ def test_a_second_charge_while_the_first_is_unknown_is_refused_and_the_model_tol
     inv = invoice()
     first_tool = ChargeTool(Provider(), script=["timeout_after"])
     first = task_create(kind="renewal", goal="charge")
-    from journal.policy import Policy
-
     waiting = task_advance(
         task_id=first.pk,
         planner=ScriptedPlanner([charge(inv)]),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from journal.leases import lease_acquire
+from journal.leases import LeaseLost, fence, lease_acquire
 from journal.models import Step, Task
 from journal.record import task_create
 
@@ -120,8 +120,6 @@ def test_the_same_holder_can_be_fenced_in_process_too() -> None:
     _wait_until_expired(task)
     new = lease_acquire(task_id=task.pk, owner="new")
     assert new is not None and new.token == old.token + 1
-    from journal.leases import LeaseLost, fence
-
     with pytest.raises(LeaseLost):
         fence(old)
     assert fence(new) == 0
