@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import importlib.util
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -229,7 +230,9 @@ def _leftover(pidfile: Path, workdir: Path, *, comm: str = "", argv_has: str = "
         # No /proc (macOS): the process's name and arguments are the best evidence there is.
         ps = subprocess.run(
             ["ps", "-p", str(pid), "-o", "comm=,command="],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         name, _, rest = ps.stdout.strip().partition(" ")
         name, argv = Path(name).name, rest.split()
@@ -285,8 +288,14 @@ def _postgres_identity(pg_install: Path) -> RunAs:
         log(f"running as root: creating system user {PG_SYSTEM_USER!r} to run PostgreSQL")
         useradd = shutil.which("useradd") or "/usr/sbin/useradd"
         subprocess.run(
-            [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-             PG_SYSTEM_USER],
+            [
+                useradd,
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                PG_SYSTEM_USER,
+            ],
             check=False,
         )
         try:
@@ -495,8 +504,20 @@ class Postgres:
                 raise error(f"PostgreSQL exited with code {code} while starting:\n{tail}")
             if _accepts_tcp(self.port):
                 ready = subprocess.run(
-                    [self.bin["pg_isready"], "-q", "-h", HOST, "-p", str(self.port),
-                     "-U", "postgres", "-d", "postgres", "-t", "2"],
+                    [
+                        self.bin["pg_isready"],
+                        "-q",
+                        "-h",
+                        HOST,
+                        "-p",
+                        str(self.port),
+                        "-U",
+                        "postgres",
+                        "-d",
+                        "postgres",
+                        "-t",
+                        "2",
+                    ],
                     env=_client_env(),
                     check=False,
                 )
@@ -511,8 +532,24 @@ class Postgres:
 
     def _psql(self, sql: str) -> str:
         result = subprocess.run(
-            [self.bin["psql"], "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-h", HOST,
-             "-p", str(self.port), "-U", "postgres", "-d", "postgres", "-c", sql],
+            [
+                self.bin["psql"],
+                "-X",
+                "-q",
+                "-tA",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                HOST,
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                sql,
+            ],
             env=_client_env(),
             capture_output=True,
             text=True,
@@ -540,8 +577,17 @@ class Postgres:
         # shutdown checkpoint, which only matters for data we keep.
         mode = "immediate" if self.throwaway else "fast"
         stopped = self._as_owner(
-            [self.bin["pg_ctl"], "stop", "-D", self.data, "-m", mode, "-w",
-             "-t", str(int(STOP_TIMEOUT))]
+            [
+                self.bin["pg_ctl"],
+                "stop",
+                "-D",
+                self.data,
+                "-m",
+                mode,
+                "-w",
+                "-t",
+                str(int(STOP_TIMEOUT)),
+            ]
         )
         if stopped.returncode != 0:
             # E.g. asked to stop before the server wrote its pid file: signal it ourselves.
@@ -583,15 +629,22 @@ class Redis:
         _require_free_port(self.port, "AGENTOPS_REDIS_PORT")
         argv: list[str | Path] = [
             self.server,
-            "--bind", HOST,
-            "--port", str(self.port),
-            "--dir", self.data,
-            "--daemonize", "no",
-            "--pidfile", pidfile,
+            "--bind",
+            HOST,
+            "--port",
+            str(self.port),
+            "--dir",
+            self.data,
+            "--daemonize",
+            "no",
+            "--pidfile",
+            pidfile,
             # Redis is only the doorbell (jobs are re-derived from PostgreSQL), but the demo
             # keeps its queue across restarts anyway; tests keep nothing.
-            "--appendonly", "yes" if self.persistent else "no",
-            "--save", "",
+            "--appendonly",
+            "yes" if self.persistent else "no",
+            "--save",
+            "",
         ]
         log_start = _log_size(self.log_path)
         started = time.monotonic()
@@ -655,8 +708,8 @@ def _app_pidfile(name: str) -> Path:
     return VAR / "run" / f"{name}.pid"
 
 
-def _stop_leftover_app(name: str) -> None:
-    pid = _leftover(_app_pidfile(name), REPO, argv_has=str(MANAGE))
+def _stop_leftover_app(name: str, argv_has: str = str(MANAGE)) -> None:
+    pid = _leftover(_app_pidfile(name), REPO, argv_has=argv_has)
     if pid is None:
         return
     log(f"stopping {name} (pid {pid}) left running by an earlier run")
@@ -735,14 +788,65 @@ def _manage(args: Sequence[str], env: dict[str, str]) -> None:
         raise StackError(f"manage.py {' '.join(args)} failed with exit code {result.returncode}")
 
 
-def _wait_for_web(port: int, web: subprocess.Popen[bytes]) -> None:
+def _wait_for_port(what: str, port: int, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while not _accepts_tcp(port):
-        if web.poll() is not None:
-            raise StackError(f"the web server exited with code {web.returncode}")
+        if proc.poll() is not None:
+            raise StackError(f"the {what} exited with code {proc.returncode}")
         if time.monotonic() > deadline:
-            raise StackError(f"the web server did not listen on port {port} within 60s")
+            raise StackError(f"the {what} did not listen on port {port} within 60s")
         time.sleep(POLL_INTERVAL)
+
+
+# The sandbox providers stand in for Stripe, mail and bookings unless the user configured
+# real ones: (name, module, port variable, default port, the setting that means "configured").
+SANDBOXES = (
+    ("payments", "sandbox.payments", "AGENTOPS_SANDBOX_PAYMENTS_PORT", 8101, "STRIPE_API_KEY"),
+    ("mail", "sandbox.mail", "AGENTOPS_SANDBOX_MAIL_PORT", 8102, "MAIL_API_BASE"),
+    ("bookings", "sandbox.bookings", "AGENTOPS_SANDBOX_BOOKINGS_PORT", 8103, "BOOKINGS_API_BASE"),
+)
+
+
+def _start_sandboxes(
+    env: dict[str, str], web_port: int, cleanup: contextlib.ExitStack
+) -> list[tuple[str, subprocess.Popen[bytes]]]:
+    """Start each sandbox provider the user did not replace, and point the app at it."""
+    started: list[tuple[str, subprocess.Popen[bytes]]] = []
+    for name, module, port_var, default_port, configured in SANDBOXES:
+        if env.get(configured):
+            log(f"{configured} is set: using it, starting no {name} sandbox")
+            continue
+        _stop_leftover_app(name, argv_has=module)
+        port = _env_port(port_var, default_port)
+        _require_free_port(port, port_var)
+        argv = [sys.executable, "-m", module, "--port", str(port)]
+        url = f"http://{HOST}:{port}"
+        if name == "payments":
+            # Signed with a secret made for this run: the sandbox and the app both get it.
+            secret = "whsec_" + secrets.token_hex(24)
+            argv += [
+                "--webhook-url",
+                f"http://{HOST}:{web_port}/webhooks/stripe",
+                "--webhook-secret",
+                secret,
+                "--search-lag",
+                "2",
+            ]
+            env.update(
+                STRIPE_API_KEY="sk_test_agentops_sandbox",
+                STRIPE_API_BASE=url,
+                STRIPE_WEBHOOK_SECRET=secret,
+                STRIPE_SEARCH_LAG_SECONDS=env.get("STRIPE_SEARCH_LAG_SECONDS", "5"),
+            )
+        else:
+            env[configured] = url
+        child = Child(name, argv, env, stop_timeout=STOP_TIMEOUT)
+        cleanup.callback(child.stop)
+        proc = child.start()
+        _wait_for_port(f"{name} sandbox", port, proc)
+        log(f"{name} sandbox at {url} (ledger: {url}/_sandbox/ledger)")
+        started.append((name, proc))
+    return started
 
 
 def _watch(processes: Sequence[tuple[str, subprocess.Popen[bytes]]]) -> int:
@@ -797,6 +901,7 @@ def cmd_run() -> int:
             env["REDIS_URL"] = redis.url
 
         _require_free_port(web_port, "AGENTOPS_WEB_PORT")
+        watched += _start_sandboxes(env, web_port, cleanup)
         _manage(["migrate", "--noinput"], env)
         _manage(["demo_seed"], env)
         python, manage = sys.executable, str(MANAGE)
@@ -816,7 +921,7 @@ def cmd_run() -> int:
         )
         cleanup.callback(worker.stop)
         watched += [("web", web_proc), ("worker", worker.start())]
-        _wait_for_web(web_port, web_proc)
+        _wait_for_port("web server", web_port, web_proc)
         base = f"http://{HOST}:{web_port}"
         log(f"agentops is up at {base}/")
         log(f"  admin:  {base}/admin/  (user operator, password as printed when it was created)")
@@ -870,8 +975,9 @@ def _sweep_abandoned_test_dirs() -> None:
         if owner == os.getpid() or _alive(owner):
             continue
         leftover_pg = _leftover(root / "pg" / "postmaster.pid", root / "pg", comm="postgres")
-        leftover_redis = _leftover(root / "redis" / "redis.pid", root / "redis",
-                                   comm="redis-server")
+        leftover_redis = _leftover(
+            root / "redis" / "redis.pid", root / "redis", comm="redis-server"
+        )
         for pid in (leftover_pg, leftover_redis):
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):
@@ -939,8 +1045,10 @@ def cmd_test(cmd: Sequence[str]) -> int:
         _on_stop_signals(_note_signal)
         stopping = time.monotonic()
         cleanup.close()
-        log(f"servers stopped and {root.relative_to(REPO)} removed in "
-            f"{time.monotonic() - stopping:.1f}s")
+        log(
+            f"servers stopped and {root.relative_to(REPO)} removed in "
+            f"{time.monotonic() - stopping:.1f}s"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
