@@ -34,3 +34,40 @@ def committed(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     """
     with django_db_blocker.unblock():
         yield
+
+
+@pytest.fixture
+def app_server(committed: None) -> Iterator[str]:
+    """The Django app served over real HTTP from a thread; yields its base URL.
+
+    pytest-django's ``live_server`` would make the test transactional, and its flush is
+    refused by the journal's append-only tables; this server shares the committed database.
+    """
+    import threading
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from django.core.wsgi import get_wsgi_application
+    from django.db import connections
+
+    django_app = get_wsgi_application()
+
+    def app(environ: Any, start_response: Any) -> Any:
+        try:
+            return list(django_app(environ, start_response))
+        finally:
+            connections.close_all()  # this request's thread is done with the database
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    server = make_server("127.0.0.1", 0, app, server_class=Server, handler_class=Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()

@@ -72,10 +72,12 @@ def intent_outcome(intent: Mapping[str, Any]) -> Outcome:
     )
 
 
-def _find_by_key(objects: Iterable[Any], key: str) -> Mapping[str, Any] | None:
+def _find_by_key(objects: Iterable[Any], key: str) -> dict[str, Any] | None:
+    """The object (as a plain dict: stripe 16's objects are not dicts) carrying our key."""
     for obj in objects:
-        if (obj.get("metadata") or {}).get(KEY_FIELD) == key:
-            return obj  # type: ignore[no-any-return]
+        plain: dict[str, Any] = obj.to_dict()
+        if (plain.get("metadata") or {}).get(KEY_FIELD) == key:
+            return plain
     return None
 
 
@@ -155,7 +157,7 @@ def _page(after: str | None) -> Any:
     return params
 
 
-def _scan(fetch: Any, key: str) -> Mapping[str, Any] | None:
+def _scan(fetch: Any, key: str) -> dict[str, Any] | None:
     after = None
     for _ in range(LIST_MAX_PAGES):
         page = fetch(after)
