@@ -112,6 +112,14 @@ JOURNAL_LEASE_SECONDS = _env_float("JOURNAL_LEASE_SECONDS", 60.0)
 # idempotency keys. An empty *_API_BASE means the real service (Stripe); the sandbox
 # providers (sandbox/) stand in for all three in the demo and the tests.
 TOOL_TIMEOUT_SECONDS = _env_float("TOOL_TIMEOUT_SECONDS", 5.0)
+# Per-tool overrides, "charge_customer=8,send_email=3".
+TOOL_TIMEOUTS = {
+    name.strip(): float(seconds)
+    for name, _, seconds in (
+        item.partition("=") for item in os.environ.get("TOOL_TIMEOUTS", "").split(",")
+    )
+    if name.strip()
+}
 STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "")
 STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "")
 STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from agentops.tools.base import SchemaTool
 from agentops.tools.bookings import BookHotel, CancelHotel, HoldFlight, ReleaseFlight
 from agentops.tools.email import SendEmail
 from agentops.tools.payments import ChargeCustomer, RefundCharge
-from journal.protocols import Tool
 
 
-def tool_registry() -> dict[str, Tool]:
+def tool_registry() -> dict[str, SchemaTool]:
     """Fresh instances, so settings changed since (e.g. in tests) are taken into account."""
-    tools: list[Tool] = [
+    tools: list[SchemaTool] = [
         ChargeCustomer(),
         RefundCharge(),
         SendEmail(),

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 import requests
+from django.conf import settings
 from jsonschema import Draft202012Validator, validators
 from urllib3.exceptions import NewConnectionError
 
@@ -37,6 +38,11 @@ class SchemaTool:
     compensation: str | None = None
     key_lifetime: timedelta = timedelta(hours=24)
     lookup_lag: timedelta = timedelta(0)
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a call waits for its provider; after that its outcome is unknown."""
+        return float(settings.TOOL_TIMEOUTS.get(self.name, settings.TOOL_TIMEOUT_SECONDS))
 
     def validate(self, args: Mapping[str, Any]) -> list[str]:
         validator = StrictValidator(self.schema)

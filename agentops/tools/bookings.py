@@ -37,7 +37,7 @@ class BookingTool(SchemaTool):
             "POST",
             self._url(args),
             key=key,
-            timeout=settings.TOOL_TIMEOUT_SECONDS,
+            timeout=self.timeout,
             api_key=settings.BOOKINGS_API_KEY,
             json=body,
         )
@@ -55,7 +55,7 @@ class BookingTool(SchemaTool):
             "GET",
             url,
             key=None,
-            timeout=settings.TOOL_TIMEOUT_SECONDS,
+            timeout=self.timeout,
             api_key=settings.BOOKINGS_API_KEY,
             params=params,
         )

@@ -47,7 +47,7 @@ class SendEmail(SchemaTool):
             "POST",
             f"{settings.MAIL_API_BASE}/v1/messages",
             key=key,
-            timeout=settings.TOOL_TIMEOUT_SECONDS,
+            timeout=self.timeout,
             api_key=settings.MAIL_API_KEY,
             json={
                 "to": args["to"],
@@ -65,7 +65,7 @@ class SendEmail(SchemaTool):
             "GET",
             f"{settings.MAIL_API_BASE}/v1/messages",
             key=None,
-            timeout=settings.TOOL_TIMEOUT_SECONDS,
+            timeout=self.timeout,
             api_key=settings.MAIL_API_KEY,
             params={"message_id": message_id(key)},
         )

@@ -24,13 +24,13 @@ LIST_LOOKBACK = timedelta(hours=49)
 LIST_MAX_PAGES = 5
 
 
-def stripe_client(*, timeout: float | None = None) -> stripe.StripeClient:
+def stripe_client(*, timeout: float) -> stripe.StripeClient:
     base = {"api": settings.STRIPE_API_BASE} if settings.STRIPE_API_BASE else None
     return stripe.StripeClient(
         settings.STRIPE_API_KEY,
         base_addresses=base,  # type: ignore[arg-type]
         max_network_retries=settings.STRIPE_MAX_NETWORK_RETRIES,
-        http_client=stripe.RequestsClient(timeout=timeout or settings.TOOL_TIMEOUT_SECONDS),
+        http_client=stripe.RequestsClient(timeout=timeout),
     )
 
 
@@ -122,7 +122,7 @@ class ChargeCustomer(SchemaTool):
         if args.get("customer"):
             params["customer"] = args["customer"]
         try:
-            intent = stripe_client().v1.payment_intents.create(
+            intent = stripe_client(timeout=self.timeout).v1.payment_intents.create(
                 params=params,  # type: ignore[arg-type]
                 options={"idempotency_key": key},
             )
@@ -136,7 +136,7 @@ class ChargeCustomer(SchemaTool):
         return Interrupted("PaymentNotFinished", outcome.detail)
 
     def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
-        client = stripe_client()
+        client = stripe_client(timeout=self.timeout)
         found = client.v1.payment_intents.search(
             params={"query": f"metadata['{KEY_FIELD}']:'{key}'", "limit": 10}
         )
@@ -197,7 +197,7 @@ class RefundCharge(SchemaTool):
             if args.get(optional) is not None:
                 params[optional] = args[optional]
         try:
-            refund = stripe_client().v1.refunds.create(
+            refund = stripe_client(timeout=self.timeout).v1.refunds.create(
                 params=params,  # type: ignore[arg-type]
                 options={"idempotency_key": key},
             )
@@ -206,7 +206,7 @@ class RefundCharge(SchemaTool):
         return Reply(200, evidence=refund_evidence(refund.to_dict()))
 
     def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
-        client = stripe_client()
+        client = stripe_client(timeout=self.timeout)
         refund = _scan(
             lambda after: client.v1.refunds.list(
                 params={

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.test import override_settings
 
 from agentops.tools import tool_registry
 from agentops.tools.email import message_id
@@ -56,6 +57,14 @@ def test_every_tool_declares_what_the_journal_needs() -> None:
         if tool.compensation is not None:
             assert tool.compensation in tools
     assert tools["send_email"].compensation is None  # irreversible
+
+
+def test_timeouts_default_to_five_seconds_and_can_be_set_per_tool() -> None:
+    tools = tool_registry()
+    assert tools["charge_customer"].timeout == 5.0
+    with override_settings(TOOL_TIMEOUTS={"charge_customer": 8.0}):
+        assert tools["charge_customer"].timeout == 8.0
+        assert tools["send_email"].timeout == 5.0
 
 
 def test_the_email_carries_the_step_key_in_its_message_id() -> None:
