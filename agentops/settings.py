@@ -99,10 +99,34 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
 # Redis is only a doorbell: losing it loses no work (DESIGN §4).
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 RQ_QUEUES = {
-    "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
+    # Jobs carry ids only, as JSON: never pickle.
+    "default": {
+        "URL": REDIS_URL,
+        "DEFAULT_TIMEOUT": 300,
+        "SERIALIZER": "rq.serializers.JSONSerializer",
+    },
 }
-# Jobs are enqueued only once the transaction that decided them has committed.
-RQ = {"COMMIT_MODE": "on_db_commit"}
+RQ = {
+    # Jobs are enqueued only once the transaction that decided them has committed.
+    "COMMIT_MODE": "on_db_commit",
+    # One process runs job after job (no fork per job): see README, "Workers".
+    "WORKER_CLASS": "rq.worker.SimpleWorker",
+}
+
+# Running tasks (agentops/runner.py).
+PLANNER = os.environ.get("PLANNER", "scripted")  # scripted | anthropic | openai
+# Seconds before each reconciliation round of an unknown step (journal Policy); when they
+# are used up the task needs a human. The default reaches past Stripe's search lag.
+RECONCILE_SCHEDULE = tuple(
+    float(s) for s in os.environ.get("RECONCILE_SCHEDULE", "1,2,5,15,30,60,120").split(",")
+)
+RUN_JOB_TIMEOUT_SECONDS = int(os.environ.get("RUN_JOB_TIMEOUT_SECONDS", "600"))
+SWEEP_INTERVAL_SECONDS = _env_float("SWEEP_INTERVAL_SECONDS", 5.0)
+# A task enqueued this recently is not enqueued again by the sweeper (the doorbell's echo).
+SWEEP_GRACE_SECONDS = _env_float("SWEEP_GRACE_SECONDS", 30.0)
+# Fault injection for the chaos run and the worker tests only: "<point>:<tool>" makes the
+# worker kill itself (SIGKILL) there. Points: before_call, during_call, after_call.
+CHAOS_KILL = os.environ.get("AGENTOPS_CHAOS_KILL", "")
 
 # The journal (see journal/README.md). A task's lease lasts this long past its holder's last
 # journal write; it must exceed the longest tool call, so a live runner never loses it.
@@ -132,6 +156,17 @@ MAIL_KEY_LIFETIME_SECONDS = _env_float("MAIL_KEY_LIFETIME_SECONDS", 24 * 3600.0)
 BOOKINGS_API_BASE = os.environ.get("BOOKINGS_API_BASE", "")
 BOOKINGS_API_KEY = os.environ.get("BOOKINGS_API_KEY", "")
 BOOKINGS_KEY_LIFETIME_SECONDS = _env_float("BOOKINGS_KEY_LIFETIME_SECONDS", 24 * 3600.0)
+
+# Planners (agentops/planners/): the model adapters. An empty *_BASE_URL means the vendor's
+# own API; set it to any compatible server (for OpenAI: vLLM, Ollama, a gateway, ...).
+ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
+ANTHROPIC_MODEL = os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL", "")
+OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
+OPENAI_MODEL = os.environ.get("OPENAI_MODEL", "gpt-4.1")
+OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
+PLANNER_MAX_TOKENS = int(os.environ.get("PLANNER_MAX_TOKENS", "1024"))
+PLANNER_TIMEOUT_SECONDS = _env_float("PLANNER_TIMEOUT_SECONDS", 60.0)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -872,7 +872,7 @@ def cmd_run() -> int:
     watched: list[tuple[str, subprocess.Popen[bytes]]] = []
     cleanup = contextlib.ExitStack()
     try:
-        for name in ("web", "worker"):
+        for name in ("web", "worker", "sweeper"):
             _stop_leftover_app(name)
         if env.get("DATABASE_URL"):
             log("DATABASE_URL is set: using it, starting no PostgreSQL")
@@ -915,12 +915,23 @@ def cmd_run() -> int:
         web_proc = web.start()
         worker = Child(
             "worker",
-            [python, manage, "rqworker", "default", "--with-scheduler"],
+            [
+                python,
+                manage,
+                "rqworker",
+                "default",
+                "--with-scheduler",
+                "--serializer",
+                "rq.serializers.JSONSerializer",
+            ],
             env,
             stop_timeout=WORKER_STOP_TIMEOUT,
         )
         cleanup.callback(worker.stop)
-        watched += [("web", web_proc), ("worker", worker.start())]
+        # The sweeper rings for tasks the journal says are runnable and nobody runs.
+        sweeper = Child("sweeper", [python, manage, "sweep"], env, stop_timeout=STOP_TIMEOUT)
+        cleanup.callback(sweeper.stop)
+        watched += [("web", web_proc), ("worker", worker.start()), ("sweeper", sweeper.start())]
         _wait_for_port("web server", web_port, web_proc)
         base = f"http://{HOST}:{web_port}"
         log(f"agentops is up at {base}/")

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.sandbox.fixtures"]
+pytest_plugins = ["tests.sandbox.fixtures", "tests.agentops.workers"]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,33 @@
+"""Start a task: ``manage.py start_task renewal --goal "…" --refs '{"invoice": …}'``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from agentops.kinds import UnknownKind
+from agentops.runner import task_start
+
+
+class Command(BaseCommand):
+    help = "Record a task and enqueue its runner."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("kind", help="renewal, trip or reminders")
+        parser.add_argument("--goal", required=True)
+        parser.add_argument("--refs", default="{}", help="business references, as JSON")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            refs = json.loads(options["refs"])
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"--refs is not JSON: {exc}") from exc
+        if not isinstance(refs, dict):
+            raise CommandError("--refs must be a JSON object")
+        try:
+            task = task_start(kind=options["kind"], goal=options["goal"], refs=refs, actor="cli")
+        except UnknownKind as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(str(task.pk))

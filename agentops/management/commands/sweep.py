@@ -1,0 +1,38 @@
+"""The sweeper: ring for every task the journal says is runnable and nobody runs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import close_old_connections
+
+from agentops.runner import tasks_sweep
+
+
+class Command(BaseCommand):
+    help = (
+        "Re-enqueue runnable tasks without a live lease "
+        "(after lost jobs, dead workers, an empty Redis)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="sweep once and exit")
+        parser.add_argument("--interval", type=float, default=None)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        interval = options["interval"] or settings.SWEEP_INTERVAL_SECONDS
+        while True:
+            try:
+                rung = tasks_sweep()
+                if rung:
+                    self.stdout.write(f"rang for {rung} runnable task(s)")
+            except Exception as exc:  # a sweep that fails (Redis down) is tried again
+                self.stderr.write(f"sweep failed: {type(exc).__name__}: {exc}")
+            finally:
+                close_old_connections()
+            if options["once"]:
+                return
+            time.sleep(interval)

@@ -1,0 +1,35 @@
+"""Planners: what turns the journal's facts about a task into its next decision."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+
+from journal.protocols import Planner
+
+# One scripted planner per process: its memory of what it was asked is the point.
+_scripted: Planner | None = None
+
+
+def planner_get(tools: Mapping[str, Any]) -> Planner:
+    """The configured planner (settings.PLANNER), offered ``tools``."""
+    global _scripted
+    name = settings.PLANNER
+    if name == "scripted":
+        from agentops.planners.scripted import ScriptedPlanner
+
+        _scripted = _scripted or ScriptedPlanner()
+        return _scripted
+    if name == "anthropic":
+        from agentops.planners.anthropic import AnthropicPlanner
+
+        planner: Planner = AnthropicPlanner(tools)
+        return planner
+    if name == "openai":
+        from agentops.planners.openai import OpenAIPlanner
+
+        planner = OpenAIPlanner(tools)
+        return planner
+    raise ValueError(f"unknown PLANNER {name!r}: scripted, anthropic or openai")

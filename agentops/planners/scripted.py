@@ -1,0 +1,142 @@
+"""Deterministic playbooks, for the demo and the tests.
+
+Like a real model, when it is asked again about a situation it has already decided, it
+rephrases: an amount of 4900 becomes "49.00". The harness never asks twice (the decision is
+the record), so in a correct run this never shows; if it did, the journal would record the
+rephrased decision as invalid arguments for everyone to see.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from journal.outcomes import StepState
+from journal.protocols import Call, Decision, Finish, StepFact, TaskFacts
+
+
+def _last(facts: TaskFacts, tool: str) -> StepFact | None:
+    return next((s for s in reversed(facts.steps) if s.tool == tool), None)
+
+
+def renewal(facts: TaskFacts) -> Decision:
+    """Charge the invoice; email the receipt (or, when declined, a notice); finish."""
+    r = facts.refs
+    charge = _last(facts, "charge_customer")
+    if charge is None:
+        return Call(
+            "charge_customer",
+            {
+                "invoice": r["invoice"],
+                "amount": r["amount"],
+                "currency": r.get("currency", "usd"),
+                "payment_method": r.get("payment_method", "pm_card_visa"),
+            },
+        )
+    if charge.state == StepState.NOT_DONE and "refused" in charge.detail:
+        return Finish(f"another charge for {r['invoice']} is in progress; not charging again")
+    email = _last(facts, "send_email")
+    if email is None:
+        paid = charge.state == StepState.DONE
+        amount = f"{r['amount'] / 100:.2f} {r.get('currency', 'usd').upper()}"
+        return Call(
+            "send_email",
+            {
+                "to": r["email"],
+                "subject": f"{'Receipt' if paid else 'Payment failed'} for {r['invoice']}",
+                "body": (
+                    f"We received your payment of {amount}. Thank you."
+                    if paid
+                    else f"Your payment of {amount} did not go through ({charge.detail}). "
+                    "Please update your card."
+                ),
+                "reference": r["invoice"],
+            },
+        )
+    outcome = "renewed" if charge.state == StepState.DONE else "not renewed"
+    return Finish(f"{r['invoice']} {outcome}; email {email.state}")
+
+
+TRIP = ("hold_flight", "book_hotel", "charge_customer", "send_email")
+
+
+def trip(facts: TaskFacts) -> Decision:
+    """Hold the flight, book the hotel, charge the card, email the itinerary."""
+    r = facts.refs
+    for step in facts.steps:
+        if step.state == StepState.NOT_DONE:
+            return Finish(f"trip not booked: {step.tool} did not happen ({step.detail})")
+    done = {s.tool for s in facts.steps if s.state == StepState.DONE}
+    args: dict[str, dict[str, Any]] = {
+        "hold_flight": {"flight": r["flight"], "passenger": r["traveller"]},
+        "book_hotel": {
+            "hotel": r["hotel"],
+            "guest": r["traveller"],
+            "check_in": r["check_in"],
+            "check_out": r["check_out"],
+        },
+        "charge_customer": {
+            "invoice": r["invoice"],
+            "amount": r["amount"],
+            "currency": r.get("currency", "usd"),
+            "payment_method": r.get("payment_method", "pm_card_visa"),
+        },
+        "send_email": {
+            "to": r["email"],
+            "subject": f"Your trip {r['invoice']}",
+            "body": f"Flight {r['flight']}, hotel {r['hotel']} from {r['check_in']}.",
+            "reference": r["invoice"],
+        },
+    }
+    for tool in TRIP:
+        if tool not in done:
+            return Call(tool, args[tool])
+    return Finish(f"trip {r['invoice']} booked")
+
+
+def reminders(facts: TaskFacts) -> Decision:
+    """One reminder email per overdue invoice."""
+    sent = {s.args.get("reference") for s in facts.steps if s.tool == "send_email"}
+    for item in facts.refs["invoices"]:
+        if item["invoice"] not in sent:
+            return Call(
+                "send_email",
+                {
+                    "to": item["email"],
+                    "subject": f"Reminder: invoice {item['invoice']} is overdue",
+                    "body": f"Invoice {item['invoice']} is overdue. Please pay it.",
+                    "reference": item["invoice"],
+                },
+            )
+    return Finish(f"{len(sent)} reminders sent")
+
+
+PLAYBOOKS: Mapping[str, Callable[[TaskFacts], Decision]] = {
+    "renewal": renewal,
+    "trip": trip,
+    "reminders": reminders,
+}
+
+
+class ScriptedPlanner:
+    def __init__(self) -> None:
+        self.asked: Counter[tuple[str, int]] = Counter()
+
+    def decide(self, facts: TaskFacts) -> Decision:
+        situation = (facts.task_id, len(facts.steps))
+        self.asked[situation] += 1
+        decision = PLAYBOOKS[facts.kind](facts)
+        if isinstance(decision, Call) and self.asked[situation] > 1:
+            return Call(decision.tool, _rephrase(decision.args), raw={"rephrased": True})
+        return (
+            Call(decision.tool, decision.args, raw={"playbook": facts.kind})
+            if isinstance(decision, Call)
+            else decision
+        )
+
+
+def _rephrase(args: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: f"{v / 100:.2f}" if k == "amount" and isinstance(v, int) else v for k, v in args.items()
+    }

@@ -1,0 +1,111 @@
+"""Running tasks on RQ workers. Postgres is the truth; Redis is only a doorbell.
+
+- ``task_start`` records a task and rings for it after commit.
+- ``task_run`` is what a worker job does: advance the task under its lease (journal),
+  then, if it waits on an unknown step, ring again at the step's lookup time (RQ's
+  scheduler, ``rqworker --with-scheduler``).
+- ``tasks_sweep`` rings for every task the journal says is runnable and no live lease
+  holds: after a killed worker, a lost job, or a Redis that restarted empty.
+
+A ring is idempotent in effect: a second job for a task whose lease is held stops at once
+("busy"). RQ never retries a job on its own here; the journal decides what runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import django_rq
+from django.conf import settings
+from django.db import transaction
+
+from agentops.chaos import chaos_tools
+from agentops.kinds import kind_get, tools_for
+from agentops.planners import planner_get
+from journal.models import Step, Task
+from journal.policy import Policy
+from journal.record import task_create
+from journal.run import Advance, task_advance
+from journal.selectors import task_list_runnable
+
+log = logging.getLogger(__name__)
+
+RUN_JOB = "agentops.jobs.run_task"
+RANG_KEY = "agentops:rang:{}"
+
+
+def task_start(
+    *, kind: str, goal: str, refs: dict[str, Any] | None = None, actor: str = ""
+) -> Task:
+    """Record a task, then ring for a worker once the record is committed."""
+    kind_get(kind)  # refuse unknown kinds before anything is recorded
+    with transaction.atomic():
+        task = task_create(kind=kind, goal=goal, refs=refs or {}, actor=actor)
+        task_id = task.pk
+        transaction.on_commit(lambda: task_ring(task_id=task_id))
+    return task
+
+
+def task_ring(*, task_id: UUID, at: datetime | None = None) -> None:
+    """Enqueue a run of the task, now or at ``at``. Losing this loses nothing (the sweeper)."""
+    queue = django_rq.get_queue("default")
+    options: dict[str, Any] = {
+        "job_timeout": settings.RUN_JOB_TIMEOUT_SECONDS,
+        "result_ttl": 3600,
+        "failure_ttl": 7 * 24 * 3600,
+        "description": f"run task {task_id}",
+    }
+    if at is None:
+        queue.enqueue(RUN_JOB, str(task_id), **options)
+    else:
+        queue.enqueue_at(at, RUN_JOB, str(task_id), **options)
+    queue.connection.set(
+        RANG_KEY.format(task_id), "1", ex=max(1, int(settings.SWEEP_GRACE_SECONDS))
+    )
+
+
+def task_policy(task: Task) -> Policy:
+    return Policy(
+        lookup_schedule=tuple(settings.RECONCILE_SCHEDULE),
+        max_steps=kind_get(task.kind).max_steps,
+    )
+
+
+def task_run(*, task_id: UUID) -> Advance:
+    """Advance the task as far as it goes now; schedule its next lookup if it waits."""
+    task = Task.objects.get(pk=task_id)
+    tools = chaos_tools(tools_for(task))
+    result = task_advance(
+        task_id=task.pk,
+        planner=planner_get(tools),
+        tools=tools,
+        owner=f"{socket.gethostname()}:{os.getpid()}",
+        policy=task_policy(task),
+    )
+    if result.stopped == "waiting":
+        due = (
+            Step.objects.filter(task_id=task_id, state="unknown", next_check_at__isnull=False)
+            .values_list("next_check_at", flat=True)
+            .first()
+        )
+        if due is not None:
+            task_ring(task_id=task_id, at=due)
+    log.info("task %s: %s after %s steps", task_id, result.stopped, result.steps_performed)
+    return result
+
+
+def tasks_sweep() -> int:
+    """Ring for every runnable task without a live lease that was not rung for recently."""
+    redis = django_rq.get_connection("default")
+    rung = 0
+    for task_id in task_list_runnable().values_list("pk", flat=True):
+        if redis.exists(RANG_KEY.format(task_id)):
+            continue
+        task_ring(task_id=task_id)
+        rung += 1
+    return rung

@@ -1,0 +1,110 @@
+"""Real RQ worker and sweeper processes for the runner tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import django_rq
+import pytest
+from django.db import connection
+
+from journal.models import Task, TaskStatus
+from journal.record import task_flag
+from tests.sandbox.fixtures import SandboxHandle
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = [
+    "rqworker",
+    "default",
+    "--with-scheduler",
+    "--worker-class",
+    "rq.worker.SimpleWorker",
+    "--serializer",
+    "rq.serializers.JSONSerializer",
+]
+
+
+def database_url() -> str:
+    s = connection.settings_dict
+    password = f":{s['PASSWORD']}" if s["PASSWORD"] else ""
+    return f"postgres://{s['USER']}{password}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+@dataclass
+class Fleet:
+    """Workers and a sweeper, started and killed by the test."""
+
+    env: dict[str, str]
+    logs: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def _start(self, argv: list[str], **extra: str) -> subprocess.Popen[bytes]:
+        log = (self.logs / f"{argv[0]}-{len(self.procs)}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", *argv],
+            cwd=ROOT,
+            env={**self.env, **extra},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def worker(self, **extra: str) -> subprocess.Popen[bytes]:
+        return self._start(WORKER, **extra)
+
+    def sweeper(self) -> subprocess.Popen[bytes]:
+        return self._start(["sweep", "--interval", "0.3"])
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+@pytest.fixture
+def fleet(
+    committed: None,
+    payments_sandbox: SandboxHandle,
+    mail_sandbox: SandboxHandle,
+    bookings_sandbox: SandboxHandle,
+    clean_faults: None,
+    tmp_path: Path,
+) -> Iterator[Fleet]:
+    redis = django_rq.get_connection("default")
+    redis.flushdb()
+    # Tasks earlier tests left runnable on purpose would be swept up with these: park them.
+    for task_id in Task.objects.filter(
+        status__in=[TaskStatus.RUNNING, TaskStatus.WAITING]
+    ).values_list("pk", flat=True):
+        task_flag(lease=None, task_id=task_id, reason="parked by the test suite")
+    for handle in (payments_sandbox, mail_sandbox, bookings_sandbox):
+        handle.client.config(key_lifetime=86400)
+    payments_sandbox.client.config(search_lag=0, webhook_url=None)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentops.settings_test",
+        "DATABASE_URL": database_url(),
+        "STRIPE_API_KEY": "sk_test_agentops",
+        "STRIPE_API_BASE": payments_sandbox.url,
+        "STRIPE_SEARCH_LAG_SECONDS": "0",
+        "MAIL_API_BASE": mail_sandbox.url,
+        "BOOKINGS_API_BASE": bookings_sandbox.url,
+        "TOOL_TIMEOUT_SECONDS": "0.5",
+        "RECONCILE_SCHEDULE": "0.2,0.3,0.5,0.5,1,1,2,2,2",
+        "SWEEP_GRACE_SECONDS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("AGENTOPS_CHAOS_KILL", None)
+    fleet = Fleet(env, logs=tmp_path)
+    yield fleet
+    fleet.stop()
+    redis.flushdb()
