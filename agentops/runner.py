@@ -27,9 +27,10 @@ from django.db import transaction
 from agentops.chaos import chaos_tools
 from agentops.kinds import kind_get, tools_for
 from agentops.planners import planner_get
+from agentops.planners.prompting import PlannerError
 from journal.models import Step, Task
 from journal.policy import Policy
-from journal.record import task_create
+from journal.record import task_create, task_flag
 from journal.run import Advance, task_advance
 from journal.selectors import task_list_runnable
 
@@ -80,13 +81,19 @@ def task_run(*, task_id: UUID) -> Advance:
     """Advance the task as far as it goes now; schedule its next lookup if it waits."""
     task = Task.objects.get(pk=task_id)
     tools = chaos_tools(tools_for(task))
-    result = task_advance(
-        task_id=task.pk,
-        planner=planner_get(tools),
-        tools=tools,
-        owner=f"{socket.gethostname()}:{os.getpid()}",
-        policy=task_policy(task),
-    )
+    try:
+        result = task_advance(
+            task_id=task.pk,
+            planner=planner_get(tools),
+            tools=tools,
+            owner=f"{socket.gethostname()}:{os.getpid()}",
+            policy=task_policy(task),
+        )
+    except PlannerError as exc:
+        # The SDK has already retried; asking again on every sweep would only repeat it.
+        # Nothing was recorded for this decision, so a person can safely resume the task.
+        task_flag(lease=None, task_id=task.pk, reason=f"the planner failed: {exc}")
+        return Advance("needs_human")
     if result.stopped == "waiting":
         due = (
             Step.objects.filter(task_id=task_id, state="unknown", next_check_at__isnull=False)

@@ -160,7 +160,7 @@ BOOKINGS_KEY_LIFETIME_SECONDS = _env_float("BOOKINGS_KEY_LIFETIME_SECONDS", 24 *
 # Planners (agentops/planners/): the model adapters. An empty *_BASE_URL means the vendor's
 # own API; set it to any compatible server (for OpenAI: vLLM, Ollama, a gateway, ...).
 ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
-ANTHROPIC_MODEL = os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+ANTHROPIC_MODEL = os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-5-5")
 ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL", "")
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 OPENAI_MODEL = os.environ.get("OPENAI_MODEL", "gpt-4.1")

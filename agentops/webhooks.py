@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from agentops.models import WebhookEvent
+from agentops.runner import task_ring
 from agentops.tools.payments import KEY_FIELD, intent_outcome, refund_evidence
 from journal.models import EntryKind
 from journal.outcomes import Outcome
@@ -58,6 +59,10 @@ def _settle(event: Mapping[str, Any], key: str | None, outcome: Outcome) -> str:
         extra=[note],
         actor="stripe",
     )
+    if changed:
+        # The task may go on now: ring for its runner once this is committed.
+        task_id = step.task_id
+        transaction.on_commit(lambda: task_ring(task_id=task_id))
     return f"{'settled' if changed else 'unchanged'} {key} {outcome.state}"
 
 

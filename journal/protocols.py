@@ -85,6 +85,8 @@ class StepFact:
     key: str
     guard: str | None = None
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    refused: bool = False
+    """Not started because another effect on the same object was in flight or unknown."""
 
     def result_text(self) -> str:
         """The tool result as the model must read it (DESIGN §8): three states, no 'failed'."""

@@ -30,6 +30,7 @@ def task_facts(*, task: Task) -> TaskFacts:
                 key=s.key,
                 guard=s.guard,
                 evidence=s.evidence,
+                refused="refused_by" in s.outcome,
             )
             for s in steps
         ],

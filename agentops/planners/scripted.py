@@ -34,7 +34,7 @@ def renewal(facts: TaskFacts) -> Decision:
                 "payment_method": r.get("payment_method", "pm_card_visa"),
             },
         )
-    if charge.state == StepState.NOT_DONE and "refused" in charge.detail:
+    if charge.refused:
         return Finish(f"another charge for {r['invoice']} is in progress; not charging again")
     email = _last(facts, "send_email")
     if email is None:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import django_rq
 import pytest
@@ -34,6 +35,21 @@ def database_url() -> str:
     s = connection.settings_dict
     password = f":{s['PASSWORD']}" if s["PASSWORD"] else ""
     return f"postgres://{s['USER']}{password}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+def quiet_world() -> Any:
+    """An empty Redis, and no task from earlier tests left runnable to be swept up.
+
+    Earlier tests leave tasks running or waiting on purpose; they are parked the way an
+    operator would (flagged, with the reason), not edited behind the journal's back.
+    """
+    redis = django_rq.get_connection("default")
+    redis.flushdb()
+    for task_id in Task.objects.filter(
+        status__in=[TaskStatus.RUNNING, TaskStatus.WAITING]
+    ).values_list("pk", flat=True):
+        task_flag(lease=None, task_id=task_id, reason="parked by the test suite")
+    return redis
 
 
 @dataclass
@@ -79,13 +95,7 @@ def fleet(
     clean_faults: None,
     tmp_path: Path,
 ) -> Iterator[Fleet]:
-    redis = django_rq.get_connection("default")
-    redis.flushdb()
-    # Tasks earlier tests left runnable on purpose would be swept up with these: park them.
-    for task_id in Task.objects.filter(
-        status__in=[TaskStatus.RUNNING, TaskStatus.WAITING]
-    ).values_list("pk", flat=True):
-        task_flag(lease=None, task_id=task_id, reason="parked by the test suite")
+    redis = quiet_world()
     for handle in (payments_sandbox, mail_sandbox, bookings_sandbox):
         handle.client.config(key_lifetime=86400)
     payments_sandbox.client.config(search_lag=0, webhook_url=None)

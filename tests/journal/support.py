@@ -13,7 +13,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -150,7 +150,7 @@ class ChargeTool:
 class ScriptedPlanner:
     """Decides from a list; ``rephrase`` makes it answer differently when asked again."""
 
-    decisions: list[Decision]
+    decisions: Sequence[Decision]
     asked: list[TaskFacts] = field(default_factory=list)
     rephrase: bool = False
 

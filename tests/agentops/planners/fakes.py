@@ -95,7 +95,7 @@ def anthropic_message(content: list[dict[str, Any]], *, stop_reason: str) -> dic
         "id": f"msg_01{next(_ids):022d}",
         "type": "message",
         "role": "assistant",
-        "model": "claude-sonnet-4-5-20250929",
+        "model": "claude-sonnet-5-5",
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": None,

@@ -1,0 +1,297 @@
+"""The runner's services in-process: starting, ringing, sweeping, limits, playbooks."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import django_rq
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+from agentops.kinds import kind_get, tools_for
+from agentops.planners.scripted import ScriptedPlanner as Playbooks
+from agentops.runner import RANG_KEY, task_run, task_start, tasks_sweep
+from journal.leases import lease_acquire
+from journal.models import Entry, EntryKind, Step, Task
+from journal.policy import Policy
+from journal.protocols import Call, StepFact, TaskFacts
+from journal.record import step_record, task_create
+from journal.run import task_advance
+from tests.agentops.test_webhooks import SECRET, event, post, sign
+from tests.agentops.workers import quiet_world
+from tests.journal.support import ChargeTool, Provider, ScriptedPlanner, charge, invoice
+from tests.sandbox.fixtures import SandboxHandle
+
+pytestmark = pytest.mark.usefixtures("committed", "clean_faults")
+
+
+@pytest.fixture
+def world(
+    payments_sandbox: SandboxHandle, mail_sandbox: SandboxHandle, bookings_sandbox: SandboxHandle
+) -> Iterator[Any]:
+    redis = quiet_world()
+    payments_sandbox.client.config(key_lifetime=86400, search_lag=0, webhook_url=None)
+    with override_settings(
+        STRIPE_API_KEY="sk_test_agentops",
+        STRIPE_API_BASE=payments_sandbox.url,
+        STRIPE_SEARCH_LAG_SECONDS=0,
+        MAIL_API_BASE=mail_sandbox.url,
+        BOOKINGS_API_BASE=bookings_sandbox.url,
+        TOOL_TIMEOUT_SECONDS=0.5,
+        PLANNER="scripted",
+    ):
+        yield redis
+    redis.flushdb()
+
+
+def queued_task_ids() -> list[str]:
+    queue = django_rq.get_queue("default")
+    return [job.args[0] for job in queue.get_jobs()]
+
+
+def renewal_refs(**change: Any) -> dict[str, Any]:
+    return {"invoice": invoice(), "amount": 4900, "email": "ada@example.com", **change}
+
+
+def test_start_task_records_the_task_and_rings_once_committed(world: Any) -> None:
+    out = io.StringIO()
+    call_command(
+        "start_task", "renewal", "--goal", "renew", "--refs", '{"invoice": "INV-9"}', stdout=out
+    )
+    task = Task.objects.get(pk=out.getvalue().strip())
+    assert task.kind == "renewal" and task.refs == {"invoice": "INV-9"}
+    assert queued_task_ids() == [str(task.pk)]
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["teleport", "--goal", "x"], "unknown task kind 'teleport'"),
+        (["renewal", "--goal", "x", "--refs", "{oops"], "--refs is not JSON"),
+        (["renewal", "--goal", "x", "--refs", "[1]"], "--refs must be a JSON object"),
+    ],
+)
+def test_start_task_refuses_bad_input_and_records_nothing(
+    world: Any, args: list[str], complaint: str
+) -> None:
+    before = Task.objects.count()
+    with pytest.raises(CommandError, match=complaint):
+        call_command("start_task", *args)
+    assert Task.objects.count() == before
+    assert queued_task_ids() == []
+
+
+def test_the_sweeper_rings_for_runnable_tasks_once_per_grace_and_again_after_redis_is_lost(
+    world: Any,
+) -> None:
+    task = task_create(kind="renewal", goal="never rung: its job was lost")
+    assert tasks_sweep() == 1
+    assert queued_task_ids() == [str(task.pk)]
+    assert tasks_sweep() == 0  # rung recently: not again
+    world.flushdb()  # Redis restarted empty
+    assert tasks_sweep() == 1
+    # A task some runner holds is not rung for.
+    held = task_create(kind="renewal", goal="held")
+    assert lease_acquire(task_id=held.pk, owner="someone") is not None
+    world.delete(RANG_KEY.format(task.pk))
+    assert tasks_sweep() == 1
+
+
+def test_a_charge_above_the_tasks_money_cap_is_refused_before_anything_is_sent(
+    world: Any, payments_sandbox: SandboxHandle
+) -> None:
+    cap = kind_get("renewal").money_cap
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(amount=cap + 1))
+    task_run(task_id=task.pk)
+    charge = Step.objects.get(task=task, n=1)
+    assert charge.state == "not_done"
+    assert f"exceeds what this task may still charge ({cap} of its limit of {cap})" in charge.detail
+    assert payments_sandbox.client.ledger(key=charge.key) == []
+
+
+def test_the_cap_counts_what_the_task_already_charged(world: Any) -> None:
+    task = task_create(kind="trip", goal="two charges")
+    cap = kind_get("trip").money_cap
+    planner = ScriptedPlanner(
+        [
+            Call(
+                "charge_customer",
+                {
+                    "invoice": invoice(),
+                    "amount": cap - 100,
+                    "currency": "usd",
+                    "payment_method": "pm_card_visa",
+                },
+            ),
+            Call(
+                "charge_customer",
+                {
+                    "invoice": invoice(),
+                    "amount": 101,
+                    "currency": "usd",
+                    "payment_method": "pm_card_visa",
+                },
+            ),
+        ]
+    )
+    task_advance(task_id=task.pk, planner=planner, tools=tools_for(task))
+    first, second = Step.objects.filter(task=task, kind="call").order_by("n")
+    assert first.state == "done"
+    assert second.state == "not_done" and "(100 of its limit" in second.detail
+
+
+def test_a_tool_outside_the_kinds_allowlist_is_an_unknown_tool(world: Any) -> None:
+    task = task_create(kind="reminders", goal="remind")
+    charge = Call(
+        "charge_customer",
+        {"invoice": invoice(), "amount": 100, "currency": "usd", "payment_method": "pm_card_visa"},
+    )
+    task_advance(task_id=task.pk, planner=ScriptedPlanner([charge]), tools=tools_for(task))
+    step = Step.objects.get(task=task, n=1)
+    assert step.state == "not_done"
+    assert "unknown tool 'charge_customer' (known tools: send_email)" in step.detail
+
+
+def test_a_task_that_never_finishes_meets_its_step_limit() -> None:
+    task = task_create(kind="renewal", goal="loop")
+    chatter = [Call("teleport", {}) for _ in range(10)]
+    result = task_advance(
+        task_id=task.pk, planner=ScriptedPlanner(chatter), tools={}, policy=Policy(max_steps=3)
+    )
+    task.refresh_from_db()
+    assert result.stopped == "needs_human"
+    assert task.step_count == 3 and "limit of 3 steps" in task.attention
+
+
+def test_a_trip_plays_its_four_steps_each_once(
+    world: Any,
+    payments_sandbox: SandboxHandle,
+    mail_sandbox: SandboxHandle,
+    bookings_sandbox: SandboxHandle,
+) -> None:
+    inv = invoice()
+    task = task_start(
+        kind="trip",
+        goal="Lisbon trip",
+        refs={
+            "invoice": inv,
+            "amount": 84000,
+            "email": "ada@example.com",
+            "flight": "TP1351",
+            "traveller": f"Ada {inv}",
+            "hotel": "Alfama",
+            "check_in": "2027-03-01",
+            "check_out": "2027-03-04",
+        },
+    )
+    assert task_run(task_id=task.pk).stopped == "finished"
+    steps = list(Step.objects.filter(task=task, kind="call").order_by("n"))
+    assert [(s.tool, s.state) for s in steps] == [
+        ("hold_flight", "done"),
+        ("book_hotel", "done"),
+        ("charge_customer", "done"),
+        ("send_email", "done"),
+    ]
+    ledgers = {
+        "hold_flight": bookings_sandbox,
+        "book_hotel": bookings_sandbox,
+        "charge_customer": payments_sandbox,
+        "send_email": mail_sandbox,
+    }
+    for step in steps:
+        assert len(ledgers[step.tool].client.ledger(key=step.key)) == 1
+
+
+def test_reminders_send_one_email_per_overdue_invoice(
+    world: Any, mail_sandbox: SandboxHandle
+) -> None:
+    overdue = [{"invoice": invoice(), "email": f"c{i}@example.com"} for i in range(3)]
+    task = task_start(kind="reminders", goal="chase", refs={"invoices": overdue})
+    assert task_run(task_id=task.pk).stopped == "finished"
+    sent = Step.objects.filter(task=task, tool="send_email", state="done")
+    assert sorted(s.args["reference"] for s in sent) == sorted(i["invoice"] for i in overdue)
+    assert all(len(mail_sandbox.client.ledger(key=s.key)) == 1 for s in sent)
+
+
+def test_the_scripted_planner_rephrases_when_asked_the_same_thing_twice() -> None:
+    facts = TaskFacts(
+        task_id="t",
+        kind="renewal",
+        goal="g",
+        refs={"invoice": "INV-1", "amount": 4900, "email": "a@b.co"},
+        steps=[],
+    )
+    planner = Playbooks()
+    first, again = planner.decide(facts), planner.decide(facts)
+    assert isinstance(first, Call) and isinstance(again, Call)
+    assert first.args["amount"] == 4900 and again.args["amount"] == "49.00"
+
+
+def test_a_declined_renewal_emails_a_notice_instead_of_a_receipt() -> None:
+    facts = TaskFacts(
+        task_id="t",
+        kind="renewal",
+        goal="g",
+        refs={"invoice": "INV-1", "amount": 4900, "email": "a@b.co"},
+        steps=[
+            StepFact(
+                n=1,
+                tool="charge_customer",
+                args={},
+                state="not_done",  # type: ignore[arg-type]
+                detail="the provider refused it (HTTP 402 card_declined)",
+                key="k",
+            )
+        ],
+    )
+    decision = Playbooks().decide(facts)
+    assert isinstance(decision, Call) and decision.args["subject"] == "Payment failed for INV-1"
+    refused = TaskFacts(
+        task_id="t",
+        kind="renewal",
+        goal="g",
+        refs=facts.refs,
+        steps=[
+            StepFact(
+                n=1,
+                tool="charge_customer",
+                args={},
+                state="not_done",  # type: ignore[arg-type]
+                detail="refused: another charge_customer on INV-1 …",
+                key="k",
+                refused=True,
+            )
+        ],
+    )
+    assert Playbooks().decide(refused).summary.startswith("another charge for INV-1")  # type: ignore[union-attr]
+
+
+def test_a_planner_that_cannot_be_reached_hands_the_task_to_a_human(world: Any) -> None:
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs())
+    with override_settings(
+        PLANNER="anthropic",
+        ANTHROPIC_API_KEY="k",
+        ANTHROPIC_BASE_URL="http://127.0.0.1:9",
+        PLANNER_TIMEOUT_SECONDS=0.5,
+    ):
+        assert task_run(task_id=task.pk).stopped == "needs_human"
+    task.refresh_from_db()
+    assert task.status == "needs_human" and task.attention.startswith("the planner failed")
+    assert not Step.objects.filter(task=task).exists()  # nothing was decided, nothing ran
+
+
+def test_a_webhook_that_settles_a_waiting_step_rings_for_its_task(world: Any) -> None:
+    task = task_create(kind="renewal", goal="waits")
+    lease = lease_acquire(task_id=task.pk, owner="t")
+    assert lease is not None
+    step = step_record(
+        lease=lease, decision=charge(invoice()), tools={"charge": ChargeTool(Provider())}
+    )
+    with override_settings(STRIPE_WEBHOOK_SECRET=SECRET):
+        payload = event("payment_intent.succeeded", step.key, status="succeeded")
+        assert post(payload, sign(payload)).status_code == 200
+    assert queued_task_ids() == [str(task.pk)]
+    assert Entry.objects.filter(step=step, kind=EntryKind.WEBHOOK_RECEIVED).exists()
