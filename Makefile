@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test
+.PHONY: run test bench
 
 run: $(STAMP)
 	$(VENV)/bin/python scripts/stack.py run
@@ -18,6 +18,10 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	DJANGO_DEBUG=1 DATABASE_URL=postgres://typecheck@127.0.0.1/typecheck $(VENV)/bin/mypy .
 	$(VENV)/bin/python scripts/stack.py test -- $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# A 100-task renewal batch on 1, then 2 workers, against durable throwaway servers.
+bench: $(STAMP)
+	$(VENV)/bin/python scripts/stack.py bench -- $(VENV)/bin/python scripts/bench_batch.py $(BENCH_ARGS)
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

@@ -56,6 +56,8 @@ PG_TEST_SETTINGS = (
     "max_connections=200",
 )
 
+PG_BENCH_SETTINGS = ("max_connections=200",)
+
 _print_lock = threading.Lock()
 
 
@@ -996,7 +998,7 @@ def _sweep_abandoned_test_dirs() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def cmd_test(cmd: Sequence[str]) -> int:
+def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
     env = dict(os.environ)
     root = VAR / f"test-{os.getpid()}"
     cleanup = contextlib.ExitStack()
@@ -1014,7 +1016,8 @@ def cmd_test(cmd: Sequence[str]) -> int:
                     data=root / "pg",
                     port=_free_port(),
                     log_path=root / "postgres.log",
-                    settings=PG_TEST_SETTINGS,
+                    # A benchmark measures real commits: only the connection limit changes.
+                    settings=PG_BENCH_SETTINGS if durable else PG_TEST_SETTINGS,
                     throwaway=True,
                 )
                 cleanup.callback(pg.stop)
@@ -1068,6 +1071,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("run", help="the demo: PostgreSQL, Redis, migrate, web server, worker")
     test = commands.add_parser("test", help="throwaway PostgreSQL and Redis around a command")
     test.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    bench = commands.add_parser("bench", help="like test, with a durable PostgreSQL (fsync on)")
+    bench.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     args = parser.parse_args(argv)
 
     _on_stop_signals(_raise_interrupted)
@@ -1077,8 +1082,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cmd[:1] == ["--"]:
         cmd = cmd[1:]
     if not cmd:
-        parser.error("test needs a command: stack.py test -- CMD ARGS...")
-    return cmd_test(cmd)
+        parser.error(f"{args.command} needs a command: stack.py {args.command} -- CMD ARGS...")
+    return cmd_test(cmd, durable=args.command == "bench")
 
 
 if __name__ == "__main__":
