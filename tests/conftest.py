@@ -5,7 +5,11 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tests.sandbox.fixtures", "tests.agentops.workers"]
+pytest_plugins = [
+    "tests.sandbox.fixtures",
+    "tests.agentops.sandboxed",
+    "tests.agentops.workers",
+]
 
 
 @pytest.fixture(scope="session")

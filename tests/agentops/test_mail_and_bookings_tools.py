@@ -24,14 +24,8 @@ AT_ONCE = Policy(lookup_schedule=(0.0, 0.0, 0.0))
 
 
 @pytest.fixture(autouse=True)
-def providers(mail_sandbox: SandboxHandle, bookings_sandbox: SandboxHandle) -> Iterator[None]:
-    mail_sandbox.client.config(key_lifetime=86400)
-    bookings_sandbox.client.config(key_lifetime=86400)
-    with override_settings(
-        MAIL_API_BASE=mail_sandbox.url,
-        BOOKINGS_API_BASE=bookings_sandbox.url,
-        TOOL_TIMEOUT_SECONDS=0.3,
-    ):
+def providers(on_sandbox: dict[str, Any]) -> Iterator[None]:
+    with override_settings(**on_sandbox, TOOL_TIMEOUT_SECONDS=0.3):
         yield
 
 

@@ -31,20 +31,12 @@ AT_ONCE = Policy(lookup_schedule=(0.0, 0.0, 0.0))
 
 
 @pytest.fixture
-def payments(payments_sandbox: SandboxHandle) -> Iterator[SandboxHandle]:
-    client = payments_sandbox.client
-    # The sandbox process is shared: pin what these tests rely on, put it back after.
-    client.config(key_lifetime=86400, search_lag=0, webhook_url=None)
-    with override_settings(
-        STRIPE_API_KEY="sk_test_agentops",
-        STRIPE_API_BASE=payments_sandbox.url,
-        TOOL_TIMEOUT_SECONDS=CLIENT_TIMEOUT,
-        STRIPE_KEY_LIFETIME_SECONDS=86400,
-        STRIPE_SEARCH_LAG_SECONDS=0,
-        STRIPE_MAX_NETWORK_RETRIES=0,
-    ):
+def payments(
+    payments_sandbox: SandboxHandle, on_sandbox: dict[str, Any]
+) -> Iterator[SandboxHandle]:
+    with override_settings(**on_sandbox, TOOL_TIMEOUT_SECONDS=CLIENT_TIMEOUT):
         yield payments_sandbox
-    client.config(webhook_url=None)
+    payments_sandbox.client.config(webhook_url=None)
 
 
 def charge(inv: str, **change: Any) -> Call:

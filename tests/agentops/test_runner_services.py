@@ -29,20 +29,9 @@ pytestmark = pytest.mark.usefixtures("committed", "clean_faults")
 
 
 @pytest.fixture
-def world(
-    payments_sandbox: SandboxHandle, mail_sandbox: SandboxHandle, bookings_sandbox: SandboxHandle
-) -> Iterator[Any]:
+def world(on_sandbox: dict[str, Any]) -> Iterator[Any]:
     redis = quiet_world()
-    payments_sandbox.client.config(key_lifetime=86400, search_lag=0, webhook_url=None)
-    with override_settings(
-        STRIPE_API_KEY="sk_test_agentops",
-        STRIPE_API_BASE=payments_sandbox.url,
-        STRIPE_SEARCH_LAG_SECONDS=0,
-        MAIL_API_BASE=mail_sandbox.url,
-        BOOKINGS_API_BASE=bookings_sandbox.url,
-        TOOL_TIMEOUT_SECONDS=0.5,
-        PLANNER="scripted",
-    ):
+    with override_settings(**on_sandbox, TOOL_TIMEOUT_SECONDS=0.5, PLANNER="scripted"):
         yield redis
     redis.flushdb()
 

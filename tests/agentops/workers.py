@@ -17,6 +17,7 @@ from django.db import connection
 
 from journal.models import Task, TaskStatus
 from journal.record import task_flag
+from tests.agentops.sandboxed import sandbox_settings
 from tests.sandbox.fixtures import SandboxHandle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,18 +97,12 @@ def fleet(
     tmp_path: Path,
 ) -> Iterator[Fleet]:
     redis = quiet_world()
-    for handle in (payments_sandbox, mail_sandbox, bookings_sandbox):
-        handle.client.config(key_lifetime=86400)
-    payments_sandbox.client.config(search_lag=0, webhook_url=None)
+    tools = sandbox_settings(payments_sandbox, mail_sandbox, bookings_sandbox)
     env = {
         **os.environ,
+        **{name: str(value) for name, value in tools.items()},
         "DJANGO_SETTINGS_MODULE": "agentops.settings_test",
         "DATABASE_URL": database_url(),
-        "STRIPE_API_KEY": "sk_test_agentops",
-        "STRIPE_API_BASE": payments_sandbox.url,
-        "STRIPE_SEARCH_LAG_SECONDS": "0",
-        "MAIL_API_BASE": mail_sandbox.url,
-        "BOOKINGS_API_BASE": bookings_sandbox.url,
         "TOOL_TIMEOUT_SECONDS": "0.5",
         "RECONCILE_SCHEDULE": "0.2,0.3,0.5,0.5,1,1,2,2,2",
         "SWEEP_GRACE_SECONDS": "1",

@@ -8,9 +8,13 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+from agentops.tools import tool_registry
+from journal.models import Step, Task
 from journal.policy import Policy
+from journal.protocols import Planner, StepFact, TaskFacts
+from journal.record import task_create
+from journal.run import task_advance
 from tests.agentops.planners.fakes import FakeModelServer, serve
-from tests.sandbox.fixtures import SandboxHandle
 
 AT_ONCE = Policy(lookup_schedule=(0.0, 0.0, 0.0))
 
@@ -21,19 +25,9 @@ def fake_model() -> Iterator[FakeModelServer]:
 
 
 @pytest.fixture
-def providers(payments_sandbox: SandboxHandle, mail_sandbox: SandboxHandle) -> Iterator[None]:
-    """The real tools, pointed at the sandbox providers (as tests/agentops/test_*_tool.py)."""
-    payments_sandbox.client.config(key_lifetime=86400, search_lag=0, webhook_url=None)
-    mail_sandbox.client.config(key_lifetime=86400)
-    with override_settings(
-        STRIPE_API_KEY="sk_test_agentops",
-        STRIPE_API_BASE=payments_sandbox.url,
-        STRIPE_KEY_LIFETIME_SECONDS=86400,
-        STRIPE_SEARCH_LAG_SECONDS=0,
-        STRIPE_MAX_NETWORK_RETRIES=0,
-        MAIL_API_BASE=mail_sandbox.url,
-        TOOL_TIMEOUT_SECONDS=2.0,
-    ):
+def providers(on_sandbox: dict[str, Any]) -> Iterator[None]:
+    """The real tools, pointed at the sandbox providers."""
+    with override_settings(**on_sandbox, TOOL_TIMEOUT_SECONDS=2.0):
         yield
 
 
@@ -60,3 +54,19 @@ def renewal_goal(inv: str) -> tuple[str, dict[str, Any]]:
         "email": "ada@example.com",
     }
     return goal, refs
+
+
+def run_renewal(planner: Planner, inv: str) -> tuple[Task, list[Step]]:
+    """A renewal decided by ``planner``, run with the real tools until it stops."""
+    goal, refs = renewal_goal(inv)
+    task = task_create(kind="renewal", goal=goal, refs=refs)
+    result = task_advance(task_id=task.pk, planner=planner, tools=tool_registry(), policy=AT_ONCE)
+    task.refresh_from_db()
+    assert result.stopped == task.status
+    return task, list(Step.objects.filter(task=task).order_by("n"))
+
+
+def facts_with(*steps: StepFact) -> TaskFacts:
+    return TaskFacts(
+        task_id="t-1", kind="renewal", goal="charge INV-1", refs={"invoice": "INV-1"}, steps=steps
+    )

@@ -14,10 +14,13 @@ from agentops.planners.prompting import SYSTEM_PROMPT, PlannerError, tool_call_i
 from agentops.tools import tool_registry
 from journal.models import Entry, EntryKind, Step, Task
 from journal.outcomes import StepState
-from journal.protocols import Call, Finish, StepFact, TaskFacts
-from journal.record import task_create
-from journal.run import task_advance
-from tests.agentops.planners.conftest import AT_ONCE, charge_args, receipt_args, renewal_goal
+from journal.protocols import Call, Finish, StepFact
+from tests.agentops.planners.conftest import (
+    charge_args,
+    facts_with,
+    receipt_args,
+    run_renewal,
+)
 from tests.agentops.planners.fakes import (
     FakeModelServer,
     openai_completion,
@@ -40,20 +43,7 @@ def planner_for(fake: FakeModelServer) -> OpenAIPlanner:
 
 
 def run_task(fake: FakeModelServer, inv: str) -> tuple[Task, list[Step]]:
-    goal, refs = renewal_goal(inv)
-    task = task_create(kind="renewal", goal=goal, refs=refs)
-    result = task_advance(
-        task_id=task.pk, planner=planner_for(fake), tools=tool_registry(), policy=AT_ONCE
-    )
-    task.refresh_from_db()
-    assert result.stopped == task.status
-    return task, list(Step.objects.filter(task=task).order_by("n"))
-
-
-def facts_with(*steps: StepFact) -> TaskFacts:
-    return TaskFacts(
-        task_id="t-1", kind="renewal", goal="charge INV-1", refs={"invoice": "INV-1"}, steps=steps
-    )
+    return run_renewal(planner_for(fake), inv)
 
 
 @pytest.mark.usefixtures("committed", "clean_faults", "providers")
