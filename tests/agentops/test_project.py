@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from journal.leases import lease_acquire
+from journal.models import Task
 from journal.record import step_record, task_create
 from tests.journal.support import ChargeTool, Provider, charge, invoice
 
@@ -99,6 +100,12 @@ def test_demo_seed_creates_the_operator_once_and_prints_the_password_once() -> N
         assert operator.check_password(printed.group(1))
     assert "exists" in second.getvalue()
     assert " / " not in second.getvalue()
+    # The demo tasks are started once, through the normal service (so their runs are queued).
+    demo = Task.objects.filter(goal__startswith="Demo:")
+    kinds = sorted(demo.values_list("kind", flat=True))
+    assert kinds == ["reminders", "renewal", "renewal", "trip"]
+    queued = [job.args[0] for job in django_rq.get_queue("default").get_jobs()]
+    assert {str(pk) for pk in demo.values_list("pk", flat=True)} <= set(queued)
 
 
 def test_redis_is_a_real_server() -> None:
