@@ -11,6 +11,7 @@ charge and one email per task, or it fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -63,8 +64,11 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
         try:
             p.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
+            p.kill()
             p.wait()
+        # Anything left in its group (RQ's forked scheduler) goes with it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
 
 
 def main() -> int:
