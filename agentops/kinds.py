@@ -1,59 +1,360 @@
-"""Task kinds and the limits the harness enforces on them (not the prompt).
+"""Task kinds: what a task of each kind is for, and the limits the harness holds it to.
 
-Each kind names the tools its tasks may use (an allowlist: any other tool is, for that
-task, an unknown tool and its decision is recorded ``not_done``), a cap on the money a
-task may move, and a step limit.
+Each kind declares, next to its tools (an allowlist: any other tool is, for that task, an
+unknown tool):
+
+- a JSON schema for its business references, checked at the door (``refs_problems``);
+- how each tool's arguments must relate to those references (``binds``): the amount,
+  currency, invoice, customer and payment method of a charge are the task's; an email goes
+  to an address the task names; an undo targets an effect this task itself made;
+- a cap on the money a task may move, per currency, and a step limit.
+
+The model (or a prompt injection in a goal) may propose anything; :class:`KindRules` is
+what the journal asks before recording it (``journal.protocols.Rules``). A mismatch is a
+recorded refusal that tells the model, in one sentence, what it may do instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Q
-
 from agentops.tools import tool_registry
-from agentops.tools.base import SchemaTool
-from journal.models import Step, Task
-from journal.outcomes import Observation, Outcome, StepState
+from agentops.tools.base import FORMATS, NO_CONTROL, SchemaTool, StrictValidator
+from agentops.tools.email import EMAIL_PATTERN
+from journal.keys import object_name, same_object
+from journal.models import Task
+from journal.outcomes import StepState
+from journal.protocols import Bound, Refusal, Refused, StepFact, TaskFacts
+
+# --- References: what a task is about ------------------------------------------------------
+
+GOAL_MAX_CHARS = 2000
+REFS_MAX_BYTES = 16 * 1024
+
+INVOICE = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._/-]{0,63}$"}
+EMAIL = {"type": "string", "maxLength": 254, "pattern": EMAIL_PATTERN, **NO_CONTROL}
+CURRENCIES = ("usd", "eur", "gbp")
+CURRENCY = {"enum": list(CURRENCIES)}
+AMOUNT = {"type": "integer", "minimum": 1}
+PAYMENT_METHOD = {"type": "string", "pattern": "^pm_[A-Za-z0-9_]{1,100}$"}
+CUSTOMER = {"type": "string", "pattern": "^cus_[A-Za-z0-9]{1,100}$"}
+NAME = {"type": "string", "minLength": 1, "maxLength": 200, **NO_CONTROL}
+DATE = {"type": "string", "format": "date"}
+FLIGHT = {"type": "string", "pattern": "^[A-Z0-9]{2,8}$"}
+
+DEFAULT_CURRENCY = "usd"
+DEFAULT_PAYMENT_METHOD = "pm_card_visa"
+
+PAYMENT_REFS = {
+    "invoice": INVOICE,
+    "amount": AMOUNT,
+    "currency": CURRENCY,
+    "email": EMAIL,
+    "payment_method": PAYMENT_METHOD,
+    "customer": CUSTOMER,
+}
+
+
+def _object(properties: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": dict(properties),
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+# --- Bindings: how a call's arguments must relate to the task --------------------------------
+
+REQUIRED = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, str) and isinstance(b, str):
+        return same_object(a, b)
+    return bool(a == b) and type(a) is type(b)
+
+
+@dataclass(frozen=True)
+class Check:
+    problems: list[str] = field(default_factory=list)
+    offsets: int | None = None
+
+
+@dataclass(frozen=True)
+class Ref:
+    """The argument ``arg`` is the task's ``ref`` (or ``default`` when the refs do not say;
+    with ``default=None`` an absent ref means the argument must be absent too)."""
+
+    arg: str
+    ref: str
+    default: Any = REQUIRED
+
+    def check(self, args: Mapping[str, Any], refs: Mapping[str, Any], facts: TaskFacts) -> Check:
+        expected = refs.get(self.ref, None if self.default is REQUIRED else self.default)
+        given = args.get(self.arg)
+        if expected is None:
+            if self.arg in args:
+                return Check([f"{self.arg}: the task names no {self.ref}; leave it out"])
+            return Check()
+        if self.arg not in args:
+            return Check([f"{self.arg}: must be {expected!r} (the task's {self.ref})"])
+        if not _same(given, expected):
+            return Check(
+                [f"{self.arg}: {given!r} is not the task's; its {self.ref} is {expected!r}"]
+            )
+        return Check()
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """The argument is one of a fixed set (what an email may be for, in this kind)."""
+
+    arg: str
+    values: tuple[str, ...]
+
+    def check(self, args: Mapping[str, Any], refs: Mapping[str, Any], facts: TaskFacts) -> Check:
+        if args.get(self.arg) not in self.values:
+            allowed = ", ".join(self.values)
+            return Check([f"{self.arg}: {args.get(self.arg)!r} is not for this task ({allowed})"])
+        return Check()
+
+
+@dataclass(frozen=True)
+class Row:
+    """The arguments name one row of a list in the refs (``by``: argument → field that
+    identifies it) and match that row (``fields``: argument → (field, default))."""
+
+    rows: str
+    by: tuple[str, str]
+    fields: Mapping[str, tuple[str, Any]]
+
+    def check(self, args: Mapping[str, Any], refs: Mapping[str, Any], facts: TaskFacts) -> Check:
+        arg, key = self.by
+        rows = [r for r in refs.get(self.rows) or [] if isinstance(r, Mapping)]
+        row = next((r for r in rows if _same(r.get(key), args.get(arg))), None)
+        if row is None:
+            known = ", ".join(str(r.get(key)) for r in rows) or "none"
+            return Check([f"{arg}: {args.get(arg)!r} is not one of the task's ({known})"])
+        problems = []
+        for name, (source, default) in self.fields.items():
+            expected = row.get(source, default)
+            if not _same(args.get(name), expected):
+                problems.append(
+                    f"{name}: {args.get(name)!r} is not the task's; for {row.get(key)} it is "
+                    f"{expected!r}"
+                )
+        return Check(problems)
+
+
+def _own_effects(facts: TaskFacts, tool: str) -> list[StepFact]:
+    """This task's own done effects of ``tool`` that nothing has undone yet."""
+    return [s for s in facts.steps if s.tool == tool and s.state == StepState.DONE and not s.offset]
+
+
+@dataclass(frozen=True)
+class Own:
+    """An undo: the argument names an effect this task made with ``tool`` (its evidence's
+    ``field``), and the call is recorded as that step's undo. The harness, not the model,
+    maps the evidence to the effect: another task's payment is never this task's to
+    refund."""
+
+    arg: str
+    tool: str
+    field: str
+    amount_arg: str = ""  # an amount, if given, must be the whole effect's
+
+    def check(self, args: Mapping[str, Any], refs: Mapping[str, Any], facts: TaskFacts) -> Check:
+        mine = _own_effects(facts, self.tool)
+        step = next((s for s in mine if s.evidence.get(self.field) == args.get(self.arg)), None)
+        if step is None:
+            known = ", ".join(str(s.evidence.get(self.field)) for s in mine) or "none"
+            return Check(
+                [
+                    f"{self.arg}: {args.get(self.arg)!r} is not an effect of this task's "
+                    f"{self.tool} that stands (this task's: {known})"
+                ]
+            )
+        whole = step.evidence.get("amount")
+        if self.amount_arg in args and args[self.amount_arg] != whole:
+            return Check(
+                [f"{self.amount_arg}: the harness undoes {step.key} whole ({whole}); leave it out"]
+            )
+        return Check(offsets=step.n)
+
+
+Bind = Ref | OneOf | Row | Own
+
+CHARGE_BINDS: tuple[Bind, ...] = (
+    Ref("invoice", "invoice"),
+    Ref("amount", "amount"),
+    Ref("currency", "currency", DEFAULT_CURRENCY),
+    Ref("payment_method", "payment_method", DEFAULT_PAYMENT_METHOD),
+    Ref("customer", "customer", None),
+)
 
 
 @dataclass(frozen=True)
 class TaskKind:
     name: str
-    tools: frozenset[str]
-    money_cap: int  # minor units a task may charge in all, done or possibly done
+    description: str
+    refs_schema: dict[str, Any]
+    binds: Mapping[str, tuple[Bind, ...]]
+    """Per tool the kind may use (its allowlist), how its arguments bind to the task."""
+    money_caps: Mapping[str, int]
+    """Minor units a task may move in all, per currency (done, in flight or unknown)."""
     max_steps: int
+    refs_checks: tuple[Callable[[Mapping[str, Any]], list[str]], ...] = ()
+
+    @property
+    def tools(self) -> frozenset[str]:
+        return frozenset(self.binds)
 
 
-KINDS = {
+def _amount_within_cap(caps: Mapping[str, int]) -> Callable[[Mapping[str, Any]], list[str]]:
+    def check(refs: Mapping[str, Any]) -> list[str]:
+        currency = refs.get("currency", DEFAULT_CURRENCY)
+        cap = caps.get(currency, 0)
+        if isinstance(refs.get("amount"), int) and refs["amount"] > cap:
+            return [f"amount: {refs['amount']} is over this kind's limit of {cap} {currency}"]
+        return []
+
+    return check
+
+
+def _stay_is_a_night_or_more(refs: Mapping[str, Any]) -> list[str]:
+    check_in, check_out = refs.get("check_in"), refs.get("check_out")
+    if isinstance(check_in, str) and isinstance(check_out, str) and check_out <= check_in:
+        return [f"check_out: {check_out} is not after check_in {check_in}"]
+    return []
+
+
+def _invoices_distinct(refs: Mapping[str, Any]) -> list[str]:
+    names = [object_name(str(i.get("invoice"))).casefold() for i in refs.get("invoices") or []]
+    return ["invoices: an invoice is listed twice"] if len(names) != len(set(names)) else []
+
+
+RENEWAL_CAPS = {"usd": 100_000, "eur": 100_000, "gbp": 100_000}
+TRIP_CAPS = {"usd": 500_000, "eur": 500_000, "gbp": 500_000}
+
+KINDS: dict[str, TaskKind] = {
     k.name: k
     for k in (
-        TaskKind("renewal", frozenset({"charge_customer", "send_email"}), 100_000, 10),
         TaskKind(
-            "trip",
-            frozenset(
-                {
-                    "hold_flight",
-                    "release_flight",
-                    "book_hotel",
-                    "cancel_hotel",
-                    "charge_customer",
-                    "refund_charge",
-                    "send_email",
-                }
-            ),
-            500_000,
-            20,
+            name="renewal",
+            description="Charge an invoice and email the receipt (or a notice if declined).",
+            refs_schema=_object(PAYMENT_REFS, ["invoice", "amount", "email"]),
+            binds={
+                "charge_customer": CHARGE_BINDS,
+                "send_email": (
+                    Ref("to", "email"),
+                    Ref("reference", "invoice"),
+                    OneOf("purpose", ("receipt", "payment_failed")),
+                ),
+            },
+            money_caps=RENEWAL_CAPS,
+            max_steps=10,
+            refs_checks=(_amount_within_cap(RENEWAL_CAPS),),
         ),
-        TaskKind("reminders", frozenset({"send_email"}), 0, 100),
+        TaskKind(
+            name="trip",
+            description="Hold a flight, book a hotel, charge the card, email the itinerary.",
+            refs_schema=_object(
+                {
+                    **PAYMENT_REFS,
+                    "flight": FLIGHT,
+                    "traveller": NAME,
+                    "hotel": NAME,
+                    "check_in": DATE,
+                    "check_out": DATE,
+                },
+                [
+                    "invoice",
+                    "amount",
+                    "email",
+                    "flight",
+                    "traveller",
+                    "hotel",
+                    "check_in",
+                    "check_out",
+                ],
+            ),
+            binds={
+                "hold_flight": (Ref("flight", "flight"), Ref("passenger", "traveller")),
+                "release_flight": (Own("hold", "hold_flight", "id"),),
+                "book_hotel": (
+                    Ref("hotel", "hotel"),
+                    Ref("guest", "traveller"),
+                    Ref("check_in", "check_in"),
+                    Ref("check_out", "check_out"),
+                ),
+                "cancel_hotel": (Own("booking", "book_hotel", "id"),),
+                "charge_customer": CHARGE_BINDS,
+                "refund_charge": (
+                    Own("payment_intent", "charge_customer", "payment_intent", "amount"),
+                ),
+                "send_email": (
+                    Ref("to", "email"),
+                    Ref("reference", "invoice"),
+                    OneOf("purpose", ("itinerary", "notice")),
+                ),
+            },
+            money_caps=TRIP_CAPS,
+            max_steps=20,
+            refs_checks=(_amount_within_cap(TRIP_CAPS), _stay_is_a_night_or_more),
+        ),
+        TaskKind(
+            name="reminders",
+            description="Email reminder N of each overdue invoice listed.",
+            refs_schema=_object(
+                {
+                    "invoices": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": 100,
+                        "items": _object(
+                            {
+                                "invoice": INVOICE,
+                                "email": EMAIL,
+                                "reminder": {"type": "integer", "minimum": 1, "maximum": 100},
+                            },
+                            ["invoice", "email"],
+                        ),
+                    }
+                },
+                ["invoices"],
+            ),
+            binds={
+                "send_email": (
+                    OneOf("purpose", ("reminder",)),
+                    Row(
+                        "invoices",
+                        by=("reference", "invoice"),
+                        fields={"to": ("email", None), "reminder": ("reminder", 1)},
+                    ),
+                ),
+            },
+            money_caps={},
+            max_steps=100,
+            refs_checks=(_invoices_distinct,),
+        ),
     )
 }
 
 
 class UnknownKind(ValueError):
     pass
+
+
+class TaskRefused(ValueError):
+    """A task that is not started: its kind, goal or references are not acceptable."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)
 
 
 def kind_get(name: str) -> TaskKind:
@@ -65,52 +366,95 @@ def kind_get(name: str) -> TaskKind:
         ) from None
 
 
-def money_committed(*, task_id: Any) -> int:
-    """Minor units the task has charged or may have charged (done, in flight, unknown)."""
-    amounts = Step.objects.filter(
-        Q(state=StepState.DONE) | Q(state=StepState.PENDING) | Q(state=StepState.UNKNOWN),
-        task_id=task_id,
-        tool="charge_customer",
-    ).values_list("args__amount", flat=True)
-    return sum(a for a in amounts if isinstance(a, int))
-
-
-class MoneyCapped:
-    """A charging tool whose arguments are also checked against the task's money cap."""
-
-    def __init__(self, tool: SchemaTool, *, task_id: Any, cap: int) -> None:
-        self.tool, self.task_id, self.cap = tool, task_id, cap
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.tool, name)
-
-    def validate(self, args: Mapping[str, Any]) -> list[str]:
-        problems = self.tool.validate(args)
-        amount = args.get("amount")
-        if not problems and isinstance(amount, int):
-            remaining = self.cap - money_committed(task_id=self.task_id)
-            if amount > remaining:
-                problems.append(
-                    f"amount: {amount} exceeds what this task may still charge ({remaining} of "
-                    f"its limit of {self.cap})"
-                )
-        return problems
-
-    def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
-        return self.tool.call(args, key=key)
-
-    def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
-        return self.tool.lookup(args, key=key)
-
-
-def tools_for(task: Task) -> dict[str, Any]:
-    """The tools this task may use, with its limits applied."""
-    kind = kind_get(task.kind)
-    tools: dict[str, Any] = {
-        name: tool for name, tool in tool_registry().items() if name in kind.tools
-    }
-    if "charge_customer" in tools:
-        tools["charge_customer"] = MoneyCapped(
-            tools["charge_customer"], task_id=task.pk, cap=kind.money_cap
+def task_problems(*, kind: TaskKind, goal: Any, refs: Any) -> list[str]:
+    """Everything wrong with a task before it is started, each as a sentence; [] if nothing."""
+    problems = []
+    if not isinstance(goal, str) or not goal.strip():
+        problems.append("goal: must be a non-empty text")
+    elif len(goal) > GOAL_MAX_CHARS:
+        problems.append(f"goal: {len(goal)} characters; at most {GOAL_MAX_CHARS}")
+    elif any(ord(c) < 32 and c not in "\n\t" for c in goal):
+        problems.append("goal: must not contain control characters")
+    if not isinstance(refs, Mapping):
+        return [*problems, "refs: must be a JSON object"]
+    size = len(json.dumps(refs, default=str).encode())
+    if size > REFS_MAX_BYTES:
+        return [*problems, f"refs: {size} bytes; at most {REFS_MAX_BYTES}"]
+    validator = StrictValidator(kind.refs_schema, format_checker=FORMATS)
+    errors = sorted(validator.iter_errors(dict(refs)), key=lambda e: list(e.absolute_path))
+    for error in errors:
+        path = ".".join(str(p) for p in error.absolute_path) or "refs"
+        message = (
+            "must not contain control characters" if error.validator == "not" else error.message
         )
-    return tools
+        problems.append(f"refs.{path}: {message}" if path != "refs" else f"refs: {message}")
+    if not errors:
+        for check in kind.refs_checks:
+            problems.extend(f"refs.{p}" for p in check(refs))
+    return problems
+
+
+def money_committed(facts: TaskFacts, currency: str) -> int:
+    """Minor units of ``currency`` the task has charged or may have charged, not undone."""
+    return sum(
+        s.args.get("amount", 0)
+        for s in facts.steps
+        if s.tool == "charge_customer"
+        and s.state in (StepState.DONE, StepState.PENDING, StepState.UNKNOWN)
+        and not s.offset
+        and s.args.get("currency") == currency
+        and isinstance(s.args.get("amount"), int)
+    )
+
+
+class KindRules:
+    """``journal.protocols.Rules`` for one task: its kind's bindings and limits."""
+
+    def __init__(self, kind: TaskKind, refs: Mapping[str, Any]) -> None:
+        self.kind, self.refs = kind, refs
+
+    def check(self, *, tool: str, args: Mapping[str, Any], facts: TaskFacts) -> Refused | Bound:
+        problems: list[str] = []
+        offsets = None
+        for bind in self.kind.binds.get(tool, ()):
+            result = bind.check(args, self.refs, facts)
+            problems.extend(result.problems)
+            offsets = offsets if result.offsets is None else result.offsets
+        if problems:
+            return Refused(
+                Refusal.NOT_THIS_TASKS,
+                f"refused: the arguments are not this task's: {'; '.join(problems)}; nothing "
+                "was sent; call it again with the task's own values",
+                {"mismatches": problems},
+            )
+        if tool == "charge_customer":
+            return self._within_cap(args, facts)
+        return Bound(offsets=offsets)
+
+    def _within_cap(self, args: Mapping[str, Any], facts: TaskFacts) -> Refused | Bound:
+        currency, amount = args["currency"], args["amount"]
+        cap = self.kind.money_caps.get(currency)
+        if cap is None:
+            return Refused(
+                Refusal.LIMIT,
+                f"refused: a {self.kind.name} task may not charge in {currency}; nothing was sent",
+            )
+        remaining = cap - money_committed(facts, currency)
+        if amount > remaining:
+            return Refused(
+                Refusal.LIMIT,
+                f"refused: amount {amount} exceeds what this task may still charge in "
+                f"{currency} ({remaining} of its limit of {cap}); nothing was sent",
+                {"cap": cap, "remaining": remaining},
+            )
+        return Bound()
+
+
+def tools_for(task: Task) -> dict[str, SchemaTool]:
+    """The tools this task's kind may use."""
+    kind = kind_get(task.kind)
+    return {name: tool for name, tool in tool_registry().items() if name in kind.tools}
+
+
+def rules_for(task: Task) -> KindRules:
+    return KindRules(kind_get(task.kind), task.refs)

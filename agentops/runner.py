@@ -25,12 +25,13 @@ from django.conf import settings
 from django.db import transaction
 
 from agentops.chaos import chaos_tools
-from agentops.kinds import kind_get, tools_for
+from agentops.kinds import TaskRefused, kind_get, rules_for, task_problems, tools_for
 from agentops.planners import planner_get
-from agentops.planners.prompting import PlannerError
-from journal.models import Step, Task
+from journal.models import Task, TaskStatus
+from journal.operator import task_cancel as journal_task_cancel
+from journal.operator import task_resume as journal_task_resume
 from journal.policy import Policy
-from journal.record import task_create, task_flag
+from journal.record import task_create
 from journal.run import Advance, task_advance
 from journal.selectors import task_list_runnable
 
@@ -43,8 +44,15 @@ RANG_KEY = "agentops:rang:{}"
 def task_start(
     *, kind: str, goal: str, refs: dict[str, Any] | None = None, actor: str = ""
 ) -> Task:
-    """Record a task, then ring for a worker once the record is committed."""
-    kind_get(kind)  # refuse unknown kinds before anything is recorded
+    """Record a task, then ring for a worker once the record is committed.
+
+    Refuses (:class:`TaskRefused`, nothing recorded) an unknown kind, and a goal or refs that
+    the kind does not accept: a task whose refs lack an amount would otherwise fail on every
+    run, and one whose receipt address is not an address would charge before it failed.
+    """
+    problems = task_problems(kind=kind_get(kind), goal=goal, refs=refs or {})
+    if problems:
+        raise TaskRefused(problems)
     with transaction.atomic():
         task = task_create(kind=kind, goal=goal, refs=refs or {}, actor=actor)
         task_id = task.pk
@@ -73,37 +81,49 @@ def task_ring(*, task_id: UUID, at: datetime | None = None) -> None:
 def task_policy(task: Task) -> Policy:
     return Policy(
         lookup_schedule=tuple(settings.RECONCILE_SCHEDULE),
+        transient_retry_delays=tuple(settings.TRANSIENT_RETRY_SCHEDULE),
         max_steps=kind_get(task.kind).max_steps,
+        max_failed_runs=settings.MAX_FAILED_RUNS,
     )
 
 
 def task_run(*, task_id: UUID) -> Advance:
-    """Advance the task as far as it goes now; schedule its next lookup if it waits."""
+    """Advance the task as far as it goes now; ring again at its wake-up time if it waits.
+
+    Whatever the planner or a tool adapter raises is recorded by the runner as the reason
+    the task needs a human (journal.run); only a lost database ends a run with an error,
+    and the next ring or sweep takes the task up again, a bounded number of times.
+    """
     task = Task.objects.get(pk=task_id)
     tools = chaos_tools(tools_for(task))
-    try:
-        result = task_advance(
-            task_id=task.pk,
-            planner=planner_get(tools),
-            tools=tools,
-            owner=f"{socket.gethostname()}:{os.getpid()}",
-            policy=task_policy(task),
-        )
-    except PlannerError as exc:
-        # The SDK has already retried; asking again on every sweep would only repeat it.
-        # Nothing was recorded for this decision, so a person can safely resume the task.
-        task_flag(lease=None, task_id=task.pk, reason=f"the planner failed: {exc}")
-        return Advance("needs_human")
+    result = task_advance(
+        task_id=task.pk,
+        planner=planner_get(tools),
+        tools=tools,
+        owner=f"{socket.gethostname()}:{os.getpid()}",
+        policy=task_policy(task),
+        rules=rules_for(task),
+    )
     if result.stopped == "waiting":
-        due = (
-            Step.objects.filter(task_id=task_id, state="unknown", next_check_at__isnull=False)
-            .values_list("next_check_at", flat=True)
-            .first()
+        wake_at = Task.objects.filter(pk=task_id, status=TaskStatus.WAITING).values_list(
+            "wake_at", flat=True
         )
-        if due is not None:
-            task_ring(task_id=task_id, at=due)
+        if wake_at and wake_at[0] is not None:
+            task_ring(task_id=task_id, at=wake_at[0])
     log.info("task %s: %s after %s steps", task_id, result.stopped, result.steps_performed)
     return result
+
+
+def task_resume(*, task_id: UUID, actor: str, reason: str) -> None:
+    """A person lets a task that needs a human go on (journal.operator), then it is rung."""
+    with transaction.atomic():
+        journal_task_resume(task_id=task_id, actor=actor, reason=reason)
+        transaction.on_commit(lambda: task_ring(task_id=task_id))
+
+
+def task_cancel(*, task_id: UUID, actor: str, reason: str) -> None:
+    """A person stops a task that needs a human (journal.operator)."""
+    journal_task_cancel(task_id=task_id, actor=actor, reason=reason)
 
 
 def tasks_sweep() -> int:

@@ -120,6 +120,14 @@ PLANNER = os.environ.get("PLANNER", "scripted")  # scripted | anthropic | openai
 RECONCILE_SCHEDULE = tuple(
     float(s) for s in os.environ.get("RECONCILE_SCHEDULE", "1,2,5,15,30,60,120").split(",")
 )
+# Seconds before each harness retry of a step that did not happen for a passing reason (the
+# provider could not be reached); when they are used up the planner decides with the facts.
+TRANSIENT_RETRY_SCHEDULE = tuple(
+    float(s) for s in os.environ.get("TRANSIENT_RETRY_SCHEDULE", "1,5,30").split(",") if s
+)
+# Runs in a row that may end without finishing cleanly (a crashed worker, a lost database)
+# before the task is handed to a human instead of being run again.
+MAX_FAILED_RUNS = int(os.environ.get("MAX_FAILED_RUNS", "5"))
 RUN_JOB_TIMEOUT_SECONDS = int(os.environ.get("RUN_JOB_TIMEOUT_SECONDS", "600"))
 SWEEP_INTERVAL_SECONDS = _env_float("SWEEP_INTERVAL_SECONDS", 5.0)
 # A task enqueued this recently is not enqueued again by the sweeper (the doorbell's echo).

@@ -1,29 +1,42 @@
 """Provider notifications: Stripe's signed webhooks settle steps, as a lookup would.
 
-Verified on the raw body (``stripe.Webhook.construct_event``, 300 s tolerance), stored once
-by event id, then applied by an explicit table of handlers. Applying goes through
-``journal.settle.step_settle``, which is monotone: duplicates and late or out-of-order
-events change nothing, and ``done`` never moves back.
+A signature proves who sent an event, not that it is about what it names. So an event is:
+
+1. verified on the raw body (``stripe.Webhook.construct_event``, 300 s tolerance);
+2. parsed strictly: a well-signed event whose ``data.object`` is missing or malformed is
+   refused (400) with nothing changed;
+3. stored once by its id, only the fields the journal needs (a PaymentIntent carries its
+   ``client_secret``; that stays out): the insert is the only thing guarded against a
+   duplicate, so a failure while applying an event rolls everything back, answers 500, and
+   Stripe's retry applies it;
+4. applied by an explicit table of handlers. An event settles a step only when it is the
+   right kind of event for that step's tool and its amount, currency and invoice (or
+   payment) match the step's frozen arguments; otherwise it is recorded as a conflict on
+   the task, which then needs a human, and the step is left as it was. Settling goes
+   through ``journal.settle.step_settle``: duplicates and late or out-of-order events change
+   nothing, and ``done`` never moves back.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import stripe
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 
 from agentops.models import WebhookEvent
 from agentops.runner import task_ring
-from agentops.tools.payments import KEY_FIELD, intent_outcome, refund_evidence
-from journal.models import EntryKind
-from journal.outcomes import Outcome
-from journal.record import entry
+from agentops.tools.payments import KEY_FIELD, intent_outcome, refund_outcome
+from journal.entries import entry
+from journal.keys import same_object
+from journal.models import EntryKind, Step
+from journal.outcomes import Outcome, StepState
 from journal.selectors import step_by_key
-from journal.settle import step_settle
+from journal.settle import step_conflict, step_settle
 
 TOLERANCE_SECONDS = 300
 
@@ -38,7 +51,130 @@ class Received:
     result: str
 
 
-def _settle(event: Mapping[str, Any], key: str | None, outcome: Outcome) -> str:
+# --- Parsing: what the journal needs from an event, and nothing else -------------------------
+
+
+def _text(obj: Mapping[str, Any], name: str, *, optional: bool = False) -> str | None:
+    value = obj.get(name)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 255:
+        raise WebhookRejected(f"malformed event: {name} is not a short text")
+    return value
+
+
+def _amount(obj: Mapping[str, Any]) -> int:
+    value = obj.get("amount")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise WebhookRejected("malformed event: amount is not an integer")
+    return value
+
+
+def _metadata(obj: Mapping[str, Any]) -> dict[str, str]:
+    metadata = obj.get("metadata") or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise WebhookRejected("malformed event: metadata is not an object of texts")
+    return metadata
+
+
+def _intent_facts(intent: Mapping[str, Any]) -> dict[str, Any]:
+    metadata = _metadata(intent)
+    error = intent.get("last_payment_error") or {}
+    if not isinstance(error, dict):
+        raise WebhookRejected("malformed event: last_payment_error is not an object")
+    return {
+        "object": "payment_intent",
+        "id": _text(intent, "id"),
+        "key": metadata.get(KEY_FIELD),
+        "invoice": metadata.get("invoice"),
+        "amount": _amount(intent),
+        "currency": _text(intent, "currency"),
+        "status": _text(intent, "status"),
+        "latest_charge": _text(intent, "latest_charge", optional=True),
+        "last_payment_error": {
+            k: error[k] for k in ("code", "decline_code") if isinstance(error.get(k), str)
+        },
+    }
+
+
+def _refund_facts(refund: Any) -> dict[str, Any]:
+    if not isinstance(refund, dict):
+        raise WebhookRejected("malformed event: a refund is not an object")
+    return {
+        "id": _text(refund, "id"),
+        "key": _metadata(refund).get(KEY_FIELD),
+        "payment_intent": _text(refund, "payment_intent", optional=True),
+        "amount": _amount(refund),
+        "currency": _text(refund, "currency", optional=True),
+        "status": _text(refund, "status"),
+        "failure_reason": _text(refund, "failure_reason", optional=True),
+    }
+
+
+def _charge_facts(charge: Mapping[str, Any]) -> dict[str, Any]:
+    refunds = charge.get("refunds") or {}
+    listed = refunds.get("data") if isinstance(refunds, dict) else None
+    if not isinstance(listed, list):
+        raise WebhookRejected("malformed event: refunds.data is not a list")
+    return {
+        "object": "charge",
+        "id": _text(charge, "id"),
+        "payment_intent": _text(charge, "payment_intent", optional=True),
+        "amount": _amount(charge),
+        "refunds": [_refund_facts(r) for r in listed],
+    }
+
+
+PARSERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    "payment_intent.succeeded": _intent_facts,
+    "payment_intent.payment_failed": _intent_facts,
+    "charge.refunded": _charge_facts,
+}
+
+
+def _parse(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts of an event the handlers need; :class:`WebhookRejected` if it is malformed."""
+    parse = PARSERS.get(body["type"])
+    if parse is None:
+        return {}
+    data = body.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("object"), dict):
+        raise WebhookRejected("malformed event: data.object is missing or not an object")
+    return parse(data["object"])
+
+
+# --- Applying: an event settles a step only when it proves it is about that step -----------
+
+
+@dataclass(frozen=True)
+class Event:
+    id: str
+    type: str
+    facts: dict[str, Any]
+
+
+def _differences(step: Step, tool: str, expected: Mapping[str, Any]) -> list[str]:
+    """How the event's object differs from the step it names (empty when it matches)."""
+    if step.tool != tool:
+        return [f"it names a {step.tool or step.kind} step, not a {tool} step"]
+    problems = []
+    for arg, value in expected.items():
+        frozen = step.args.get(arg)
+        if value is None and frozen is None:
+            continue
+        same = (
+            same_object(value, frozen)
+            if isinstance(value, str) and isinstance(frozen, str)
+            else value == frozen
+        )
+        if not same:
+            problems.append(f"{arg} {value!r} is not the step's {frozen!r}")
+    return problems
+
+
+def _apply(
+    event: Event, key: str | None, tool: str, expected: Mapping[str, Any], outcome: Outcome
+) -> str:
     if not key:
         return "ignored: not an agentops effect"
     step = step_by_key(key=key)
@@ -49,13 +185,27 @@ def _settle(event: Mapping[str, Any], key: str | None, outcome: Outcome) -> str:
         task_id=step.task_id,
         step_id=step.pk,
         actor="stripe",
-        event=event["id"],
-        type=event["type"],
+        event=event.id,
+        type=event.type,
     )
+    problems = _differences(step, tool, expected)
+    if problems:
+        note.save()
+        reason = (
+            f"a {event.type} event ({event.id}) names step {key} but does not match it: "
+            f"{'; '.join(problems)}; the step was left as it was"
+        )
+        step_conflict(
+            step=step, reason=reason, via=f"webhook {event.type}", actor="stripe", event=event.id
+        )
+        return f"conflict on {key}: {'; '.join(problems)}"
+    if outcome.state == StepState.UNKNOWN:
+        note.save()
+        return f"noted: {key} is not final at the provider"
     changed = step_settle(
         step_id=step.pk,
         outcome=outcome,
-        via=f"webhook {event['type']}",
+        via=f"webhook {event.type}",
         extra=[note],
         actor="stripe",
     )
@@ -66,36 +216,67 @@ def _settle(event: Mapping[str, Any], key: str | None, outcome: Outcome) -> str:
     return f"{'settled' if changed else 'unchanged'} {key} {outcome.state}"
 
 
-def _payment_intent(event: Mapping[str, Any]) -> str:
-    intent = event["data"]["object"]
+def _payment_intent(event: Event) -> str:
+    intent = event.facts
     outcome = intent_outcome(intent)
-    if outcome.state == "unknown":
-        return f"ignored: payment {intent.get('id')} not final"
-    return _settle(event, (intent.get("metadata") or {}).get(KEY_FIELD), outcome)
+    expected_state = (
+        StepState.DONE if event.type == "payment_intent.succeeded" else StepState.NOT_DONE
+    )
+    if outcome.state != expected_state:
+        # Not a report of the outcome its type names (a succeeded event about an intent that
+        # is still processing): nothing to settle from it.
+        return f"ignored: a {event.type} event about a payment that is {intent['status']}"
+    expected = {
+        "amount": intent["amount"],
+        "currency": intent["currency"],
+        "invoice": intent["invoice"],
+    }
+    return _apply(event, intent["key"], "charge_customer", expected, outcome)
 
 
-def _charge_refunded(event: Mapping[str, Any]) -> str:
-    refunds = ((event["data"]["object"].get("refunds") or {}).get("data")) or []
-    results = [
-        _settle(event, (r.get("metadata") or {}).get(KEY_FIELD), Outcome.done(refund_evidence(r)))
-        for r in refunds
-    ]
+def _charge_refunded(event: Event) -> str:
+    results = []
+    for refund in event.facts["refunds"]:
+        expected: dict[str, Any] = {"payment_intent": refund["payment_intent"]}
+        step = step_by_key(key=refund["key"]) if refund["key"] else None
+        if step is not None and step.args.get("amount") is not None:
+            expected["amount"] = refund["amount"]
+        results.append(
+            _apply(event, refund["key"], "refund_charge", expected, refund_outcome(refund))
+        )
     return "; ".join(results) or "ignored: no refunds listed"
 
 
-HANDLERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+HANDLERS: dict[str, Callable[[Event], str]] = {
     "payment_intent.succeeded": _payment_intent,
     "payment_intent.payment_failed": _payment_intent,
     "charge.refunded": _charge_refunded,
 }
 
 
+def _store(event: Event) -> bool:
+    """Insert the event row; ``False`` when an event with its id was stored before."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO agentops_webhookevent (id, provider, type, facts, received_at, result)
+            VALUES (%s, 'stripe', %s, %s::jsonb, now(), '')
+            ON CONFLICT (id) DO NOTHING
+            RETURNING id
+            """,
+            [event.id, event.type, json.dumps(event.facts)],
+        )
+        return cursor.fetchone() is not None
+
+
 def stripe_event_receive(*, payload: bytes, signature: str) -> Received:
-    """Verify, store once, apply. Raises :class:`WebhookRejected` for anything not genuine."""
+    """Verify, parse, store once, apply. Raises :class:`WebhookRejected` for anything that is
+    not a genuine, well-formed event; lets a failure while applying propagate (a 500, and
+    nothing kept, so the provider's retry applies it)."""
     if not settings.STRIPE_WEBHOOK_SECRET:
         raise WebhookRejected("STRIPE_WEBHOOK_SECRET is not set; no event can be verified")
     try:
-        event = stripe.Webhook.construct_event(
+        verified = stripe.Webhook.construct_event(
             payload.decode("utf-8"),
             signature,
             settings.STRIPE_WEBHOOK_SECRET,
@@ -105,19 +286,14 @@ def stripe_event_receive(*, payload: bytes, signature: str) -> Received:
         raise WebhookRejected(f"malformed event: {exc}") from exc
     except stripe.SignatureVerificationError as exc:
         raise WebhookRejected(f"bad signature: {exc.user_message or exc}") from exc
-    body = event.to_dict()
+    body = verified.to_dict()
     if not isinstance(body.get("id"), str) or not isinstance(body.get("type"), str):
         raise WebhookRejected("malformed event: no id or type")
-    handler = HANDLERS.get(body["type"])
-    try:
-        with transaction.atomic():
-            stored = WebhookEvent.objects.create(
-                id=body["id"], provider="stripe", type=body["type"], payload=body
-            )
-            # Stored and applied in one transaction: if applying fails, nothing is kept and
-            # Stripe's retry finds the event new again.
-            stored.result = handler(body) if handler else "ignored: type not handled"
-            stored.save(update_fields=["result"])
-    except IntegrityError:
-        return Received(duplicate=True, result="duplicate: already received")
-    return Received(duplicate=False, result=stored.result)
+    event = Event(id=body["id"][:255], type=body["type"][:100], facts=_parse(body))
+    handler = HANDLERS.get(event.type)
+    with transaction.atomic():
+        if not _store(event):
+            return Received(duplicate=True, result="duplicate: already received")
+        result = handler(event) if handler else "ignored: type not handled"
+        WebhookEvent.objects.filter(pk=event.id).update(result=result[:5000])
+    return Received(duplicate=False, result=result)

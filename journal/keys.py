@@ -1,4 +1,4 @@
-"""Names for intended actions (DESIGN §3).
+"""Names for intended actions (docs/design.md §3).
 
 A step's key is derived from its stable id ``<task id>:<n>`` and from nothing else: not the
 attempt number, not anything the model said. A compensation's key is derived from its
@@ -23,3 +23,16 @@ def step_key(task_id: UUID | str, n: int) -> str:
 
 def undo_key(key: str) -> str:
     return f"{key}:undo"
+
+
+def object_name(raw: str) -> str:
+    """A business object's name as stored: each ``:``-separated part without surrounding
+    spaces. Case is kept for people to read; the guards compare names case-insensitively
+    (their unique indexes are on ``lower(guard)``), so ``charge: INV-2291 `` and
+    ``charge:inv-2291`` are one object (docs/design.md §6)."""
+    return ":".join(part.strip() for part in raw.split(":"))[:255]
+
+
+def same_object(a: str, b: str) -> bool:
+    """Whether two names (or parts of names, such as invoice numbers) are one object."""
+    return object_name(a).casefold() == object_name(b).casefold()

@@ -1,4 +1,4 @@
-"""One runner per task (DESIGN §11): a lease in PostgreSQL, judged by the database clock.
+"""One runner per task (docs/design.md §11): a lease in PostgreSQL, judged by its clock.
 
 Taking the lease increments the task's token. Every journal write made under a lease
 starts with :func:`fence`, which checks the token and extends the lease in one statement,
@@ -24,6 +24,16 @@ class Lease:
     task_id: UUID
     owner: str
     token: int
+    failed_runs: int = 0
+    """Runs of the task taken up before this one since the last that ended cleanly."""
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """What the fence saw of the task, under its row lock."""
+
+    step_count: int
+    status: str
 
 
 def _seconds() -> float:
@@ -31,28 +41,36 @@ def _seconds() -> float:
 
 
 def lease_acquire(*, task_id: UUID, owner: str, seconds: float | None = None) -> Lease | None:
-    """Take the task's lease if nobody holds a live one; ``None`` if somebody does."""
+    """Take the task's lease if nobody holds a live one; ``None`` if somebody does.
+
+    Counts the run as failed until :func:`lease_release` says it ended cleanly: a runner that
+    dies (SIGKILL, a lost database) leaves the count up, and the next runner sees it.
+    """
     with connection.cursor() as cursor:
         cursor.execute(
             """
             UPDATE journal_task
                SET lease_token = lease_token + 1,
                    lease_owner = %s,
-                   lease_expires_at = now() + make_interval(secs => %s)
+                   lease_expires_at = now() + make_interval(secs => %s),
+                   failed_runs = failed_runs + 1
              WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-         RETURNING lease_token
+         RETURNING lease_token, failed_runs - 1
             """,
             [owner, seconds if seconds is not None else _seconds(), task_id],
         )
         row = cursor.fetchone()
-    return None if row is None else Lease(task_id=task_id, owner=owner, token=row[0])
+    if row is None:
+        return None
+    return Lease(task_id=task_id, owner=owner, token=row[0], failed_runs=row[1])
 
 
-def fence(lease: Lease, *, allocate_step: bool = False) -> int:
+def fence(lease: Lease, *, allocate_step: bool = False, seconds: float | None = None) -> Fenced:
     """Inside a write transaction: prove the lease is still ours and extend it.
 
-    Returns the task's step count, incremented first when ``allocate_step`` (the number of
-    the step about to be recorded). Raises :class:`LeaseLost` if the token has moved on.
+    Returns the task's step count (incremented first when ``allocate_step``: the number of
+    the step about to be recorded) and its status. Raises :class:`LeaseLost` if the token
+    has moved on. ``seconds`` stretches the lease further than usual (a slow planner).
     """
     with connection.cursor() as cursor:
         cursor.execute(
@@ -61,25 +79,33 @@ def fence(lease: Lease, *, allocate_step: bool = False) -> int:
                SET lease_expires_at = now() + make_interval(secs => %s),
                    step_count = step_count + %s
              WHERE id = %s AND lease_token = %s
-         RETURNING step_count
+         RETURNING step_count, status
             """,
-            [_seconds(), 1 if allocate_step else 0, lease.task_id, lease.token],
+            [
+                seconds if seconds is not None else _seconds(),
+                1 if allocate_step else 0,
+                lease.task_id,
+                lease.token,
+            ],
         )
         row = cursor.fetchone()
     if row is None:
         raise LeaseLost(
             f"task {lease.task_id}: lease {lease.token} of {lease.owner} was taken over"
         )
-    return int(row[0])
+    return Fenced(step_count=int(row[0]), status=str(row[1]))
 
 
-def lease_release(lease: Lease) -> None:
-    """Give the lease up early (a crashed runner's lease simply expires)."""
+def lease_release(lease: Lease, *, clean: bool = True) -> None:
+    """Give the lease up early (a crashed runner's lease simply expires). ``clean`` says the
+    run ended as it should (finished, waiting, handed to a human): the failure count resets."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            UPDATE journal_task SET lease_expires_at = NULL, lease_owner = ''
+            UPDATE journal_task
+               SET lease_expires_at = NULL, lease_owner = '',
+                   failed_runs = CASE WHEN %s THEN 0 ELSE failed_runs END
              WHERE id = %s AND lease_token = %s
             """,
-            [lease.task_id, lease.token],
+            [clean, lease.task_id, lease.token],
         )

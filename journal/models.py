@@ -1,9 +1,10 @@
-"""The journal's tables: Task, Step, Entry (DESIGN §4).
+"""The journal's tables: Task, Step, Entry (docs/design.md §4).
 
-PostgreSQL backs the rules, not only this code: entries are append-only (a trigger), a
-step's identity (key, tool, arguments) is frozen and a settled step never changes state (a
-trigger), and one live effect per business object (a partial unique index). See the
-migrations for the SQL.
+PostgreSQL backs the rules, not only this code: entries are append-only (a trigger); a
+step's identity (key, tool, arguments, object) is frozen and a settled step never changes
+state (a trigger); one live effect per business object, and one standing once-only effect
+per object (partial unique indexes); a task's status moves only along
+``journal.status.TRANSITIONS`` (a trigger). See the migrations for the SQL.
 """
 
 from __future__ import annotations
@@ -13,21 +14,52 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models.functions import Lower, Now
 
 from journal.keys import step_id
 from journal.outcomes import LIVE_STATES, SETTLED_STATES, StepState
 
 
 class TaskStatus(models.TextChoices):
-    RUNNING = "running", "running"
-    """Runnable: its holder (or the next runner) decides and performs the next step."""
+    """Where a task is. Changed only by ``journal.status.task_transition``."""
+
+    RUNNABLE = "runnable", "runnable"
+    """It can advance now. A worker may hold its lease (then it is running) or not yet."""
     WAITING = "waiting", "waiting"
-    """A step is unknown and a lookup is scheduled (the step's ``next_check_at``)."""
+    """It waits until ``wake_at``: for an unknown step's next lookup, or a retry's backoff."""
     NEEDS_HUMAN = "needs_human", "needs a human"
-    """The journal cannot settle it alone; ``attention`` says why."""
+    """The harness cannot go on alone; ``attention_code`` and ``attention`` say why."""
     FINISHED = "finished", "finished"
-    """The planner decided the task is over; that decision is its last step."""
+    """Over: the planner decided so, and that decision is its last step."""
+    CANCELLED = "cancelled", "cancelled"
+    """An operator stopped it (recorded with who and why); no step of it is open."""
+
+
+class Attention(models.TextChoices):
+    """Why a task needs a human, as a code beside the sentence in ``Task.attention``."""
+
+    CONFLICT = "conflict", "conflicting reports"
+    """A settled step was reported otherwise (a webhook, a lookup), or a report did not match
+    the step it named; the step kept its outcome."""
+    KEY_DEAD = "key_dead", "key expired"
+    """A step is unknown, the provider no longer remembers its key, and no lookup found it."""
+    ROUNDS_EXHAUSTED = "rounds_exhausted", "reconciliation rounds used up"
+    """A step is still unknown after every scheduled reconciliation round."""
+    PLANNER_FAILED = "planner_failed", "planner failed"
+    """The planner raised instead of deciding; nothing was recorded for that decision."""
+    HARNESS_FAILED = "harness_failed", "harness failed"
+    """A tool adapter or the harness itself raised while advancing the task."""
+    STEP_LIMIT = "step_limit", "step limit reached"
+    """The task recorded as many steps as its kind allows without finishing."""
+    RUN_FAILURES = "run_failures", "runs keep failing"
+    """Several runs in a row ended without finishing cleanly (crashed workers, lost database)."""
+    TOOL_MISSING = "tool_missing", "tool unavailable"
+    """A step is open and its tool is not available to look it up."""
+    KEY_MISUSED = "key_misused", "key used with other arguments"
+    """The provider says the step's key was used with other arguments: a bug, and the first
+    use may have acted."""
+    PARKED = "parked", "parked"
+    """Set aside on purpose (tests, maintenance)."""
 
 
 class StepKind(models.TextChoices):
@@ -49,15 +81,23 @@ class Task(models.Model):
     kind = models.CharField(max_length=100)
     goal = models.TextField()
     refs = models.JSONField(default=dict, blank=True)
-    status = models.CharField(max_length=20, choices=TaskStatus, default=TaskStatus.RUNNING)
+    # Changed only through journal.status.task_transition (a trigger refuses anything else).
+    status = models.CharField(max_length=20, choices=TaskStatus, default=TaskStatus.RUNNABLE)
+    attention_code = models.CharField(max_length=30, choices=Attention, blank=True)
     attention = models.TextField(blank=True, help_text="Why a human is needed, when one is.")
+    wake_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a waiting task may advance again."
+    )
     step_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(db_default=Now())
-    # The lease (DESIGN §11): one runner at a time, judged by the database clock. Every
-    # acquisition increments the token; every journal write checks it (fencing).
+    # The lease (docs/design.md §11): one runner at a time, judged by the database clock.
+    # Every acquisition increments the token; every journal write checks it (fencing).
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_token = models.BigIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Runs taken up since the last one that ended cleanly: a task whose runs keep dying
+    # (a crashing worker, a lost database) is handed to a human instead of re-run forever.
+    failed_runs = models.PositiveIntegerField(default=0)
 
     objects = TaskQuerySet.as_manager()
 
@@ -67,13 +107,21 @@ class Task(models.Model):
             models.CheckConstraint(
                 condition=Q(status__in=TaskStatus.values), name="journal_task_status_valid"
             ),
+            models.CheckConstraint(
+                condition=~Q(status=TaskStatus.WAITING) | Q(wake_at__isnull=False),
+                name="journal_task_waiting_has_wake_at",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=TaskStatus.NEEDS_HUMAN) | ~Q(attention_code=""),
+                name="journal_task_attention_has_code",
+            ),
         ]
         indexes = [
-            # "Tasks runnable without a live lease": the sweeper's query.
+            # "Tasks that can advance and no live lease holds": the sweeper's query.
             models.Index(
-                fields=["lease_expires_at"],
-                condition=Q(status__in=[TaskStatus.RUNNING, TaskStatus.WAITING]),
-                name="journal_task_runnable",
+                fields=["status", "wake_at"],
+                condition=Q(status__in=[TaskStatus.RUNNABLE, TaskStatus.WAITING]),
+                name="journal_task_advancing",
             ),
         ]
 
@@ -92,6 +140,14 @@ class StepQuerySet(models.QuerySet["Step"]):
         return self.filter(state=StepState.UNKNOWN, next_check_at__lte=Now())
 
 
+GUARD_CONSTRAINT = "journal_step_one_live_effect_per_object"
+ONCE_CONSTRAINT = "journal_step_once_per_object"
+UNDO_CONSTRAINT = "journal_step_one_undo_per_step"
+
+# States in which an effect counts against its business object: it happened or may have.
+STANDING_STATES = (StepState.PENDING, StepState.UNKNOWN, StepState.DONE)
+
+
 class Step(models.Model):
     """One decided action. The planner's decision *is* this record; it is never re-asked."""
 
@@ -103,8 +159,34 @@ class Step(models.Model):
     key = models.CharField(max_length=255, unique=True)
     cost = models.CharField(max_length=10, blank=True)
     # NULL, not "", means "acts on no business object": the guard's unique index skips it.
+    # Stored without stray spaces (journal.keys.object_name) and compared without case.
     guard = models.CharField(  # noqa: DJ001
         max_length=255, null=True, blank=True, help_text="The business object acted on."
+    )
+    once = models.BooleanField(
+        default=False, help_text="The effect happens once per object (unless offset)."
+    )
+    offsets = models.ForeignKey(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="undos",
+        help_text="The step of this task that this one undoes (a refund, release, cancel).",
+    )
+    offset_by = models.ForeignKey(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The done step that undid this one.",
+    )
+    retries = models.PositiveIntegerField(
+        default=0, help_text="How many harness retries of a transient not-done came before."
+    )
+    refusal = models.CharField(
+        max_length=30, blank=True, help_text="Why it was refused without running, as a code."
     )
     state = models.CharField(max_length=10, choices=StepState, default=StepState.PENDING)
     detail = models.TextField(blank=True)
@@ -112,6 +194,10 @@ class Step(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     lookups = models.PositiveIntegerField(default=0)
     first_started_at = models.DateTimeField(null=True, blank=True)
+    # Frozen when the step is recorded, from the tool's declarations then: reconciliation
+    # decides from the row, never from today's settings (docs/design.md §5).
+    key_trusted_until = models.DateTimeField(null=True, blank=True)
+    lookup_until = models.DateTimeField(null=True, blank=True)
     settled_at = models.DateTimeField(null=True, blank=True)
     next_check_at = models.DateTimeField(null=True, blank=True)
     decision = models.JSONField(default=dict, blank=True, help_text="The planner's raw output.")
@@ -131,12 +217,30 @@ class Step(models.Model):
                 | Q(state__in=LIVE_STATES, settled_at__isnull=True),
                 name="journal_step_settled_at_iff_settled",
             ),
-            # The guard (DESIGN §6): while an effect on an object is in flight or unknown,
-            # no second one may be recorded. Refusals are caught by constraint name.
+            # The guard (docs/design.md §6): while an effect on an object is in flight or
+            # unknown, no second one may be recorded. Refusals are caught by constraint name.
             models.UniqueConstraint(
-                fields=["guard"],
+                Lower("guard"),
                 condition=Q(state__in=LIVE_STATES, guard__isnull=False),
-                name="journal_step_one_live_effect_per_object",
+                name=GUARD_CONSTRAINT,
+            ),
+            # Once per object: a second effect on an object whose first happened (or may
+            # have) and was not undone is refused, across tasks.
+            models.UniqueConstraint(
+                Lower("guard"),
+                condition=Q(
+                    once=True,
+                    offset_by__isnull=True,
+                    state__in=STANDING_STATES,
+                    guard__isnull=False,
+                ),
+                name=ONCE_CONSTRAINT,
+            ),
+            # At most one undo of a step that stands or may stand.
+            models.UniqueConstraint(
+                fields=["offsets"],
+                condition=Q(state__in=STANDING_STATES, offsets__isnull=False),
+                name=UNDO_CONSTRAINT,
             ),
         ]
         indexes = [
@@ -171,8 +275,12 @@ class EntryKind(models.TextChoices):
     """A decision was written down with its key and frozen arguments."""
     DECISION_REJECTED = "decision_rejected", "decision rejected"
     """The planner asked for an unknown tool or gave invalid arguments; nothing ran."""
+    DECISION_REFUSED = "decision_refused", "decision refused"
+    """The arguments do not belong to the task (another amount, invoice, recipient, an effect
+    this task did not make), or exceed its limits; nothing was sent."""
     GUARD_REFUSED = "guard_refused", "guard refused"
-    """Another effect on the same object was in flight or unknown; this one was not started."""
+    """Another effect on the same object was in flight or unknown, or the object's once-only
+    effect already happened; this one was not started."""
     ATTEMPT_STARTED = "attempt_started", "attempt started"
     """A call is about to leave, with the step's key."""
     ATTEMPT_ENDED = "attempt_ended", "attempt ended"
@@ -186,11 +294,15 @@ class EntryKind(models.TextChoices):
     CONFLICT = "conflict", "conflict"
     """A settled step was reported otherwise later; the step kept its outcome."""
     TASK_WAITING = "task_waiting", "task waiting"
-    """A step is unknown; the task waits for its lookup."""
+    """The task waits until a time: an unknown step's lookup, or a retry's backoff."""
+    TASK_RESUMED = "task_resumed", "task resumed"
+    """The task can advance again: woken by a settled step, its time, or a person."""
     TASK_FLAGGED = "task_flagged", "task needs a human"
-    """The journal cannot settle the task alone."""
+    """The harness cannot go on alone (with an attention code and a reason)."""
     TASK_FINISHED = "task_finished", "task finished"
-    """The planner decided the task is over."""
+    """The planner decided the task is over, or a person confirmed it."""
+    TASK_CANCELLED = "task_cancelled", "task cancelled"
+    """A person stopped the task (with who and why)."""
     OPERATOR_ACTION = "operator_action", "operator action"
     """A person did something (with who, in ``actor``)."""
 

@@ -1,4 +1,4 @@
-"""Three states, never two (DESIGN §2).
+"""Three states, never two (docs/design.md §2).
 
 A tool reports what its call *saw* as an :data:`Observation`; :func:`classify` — never the
 model, never the tool — turns it into an :class:`Outcome`. This module is pure: no database,
@@ -86,7 +86,7 @@ class Outcome:
 
 
 def classify(observation: Observation, *, earlier_attempt: bool) -> Outcome:
-    """Classify one call by the table of DESIGN §2. When in doubt, ``unknown``.
+    """Classify one call by the table of docs/design.md §2. When in doubt, ``unknown``.
 
     ``earlier_attempt`` says whether any earlier attempt of the same step exists: a refused
     connection proves nothing about an earlier attempt that may have reached the provider.
@@ -122,10 +122,12 @@ def classify(observation: Observation, *, earlier_attempt: bool) -> Outcome:
                 message=message,
             )
         case NotSent(error_class=error_class, message=message) if not earlier_attempt:
+            # True, and passing: the provider was unreachable. Worth another attempt later.
             return Outcome.not_done(
                 f"the request was never sent ({error_class})",
                 error_class=error_class,
                 message=message,
+                transient=True,
             )
         case NotSent(error_class=error_class, message=message):
             return Outcome.unknown(

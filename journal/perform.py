@@ -1,4 +1,4 @@
-"""Acting and asking: perform a recorded step, reconcile an unknown one (DESIGN §4–§5).
+"""Acting and asking: perform a recorded step, reconcile an unknown one (docs/design.md §4–§5).
 
 Write order is always: the attempt's start is committed → the tool is called → the outcome
 is committed. No transaction is open while a tool runs.
@@ -7,13 +7,14 @@ is committed. No transaction is open while a tool runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db.models.functions import Now
 
+from journal.entries import entry
 from journal.leases import Lease
-from journal.models import EntryKind, Step
+from journal.models import Attention, Entry, EntryKind, Step
 from journal.outcomes import (
     SETTLED_STATES,
     Interrupted,
@@ -24,8 +25,9 @@ from journal.outcomes import (
 )
 from journal.policy import DEFAULT_POLICY, Policy
 from journal.protocols import CostClass, Tool
-from journal.record import entry, task_flag
+from journal.reconcile import Next, next_check_in, reconcile_next
 from journal.settle import StepAlreadySettled, step_attempt_start, step_mark_unknown, step_settle
+from journal.status import task_flag
 
 
 def tool_call(tool: Tool, args: Mapping[str, Any], *, key: str) -> Observation:
@@ -46,7 +48,7 @@ def tool_lookup(tool: Tool, args: Mapping[str, Any], *, key: str) -> Outcome | N
         )
 
 
-def _attempt_ended(step: Step, attempt: int, observation: Observation, outcome: Outcome) -> Any:
+def _attempt_ended(step: Step, attempt: int, observation: Observation, outcome: Outcome) -> Entry:
     return entry(
         kind=EntryKind.ATTEMPT_ENDED,
         task_id=step.task_id,
@@ -67,12 +69,27 @@ def step_perform(
     attempt = step.attempts
     observation = tool_call(tool, step.args, key=step.key)
     outcome = classify(observation, earlier_attempt=attempt > 1)
-    if tool.cost == CostClass.READ and outcome.state == StepState.UNKNOWN:
+    if step.cost == CostClass.READ and outcome.state == StepState.UNKNOWN:
         # A read has no effect to be unsure about: its failure is a plain failure.
         outcome = Outcome.not_done(f"the read did not complete: {outcome.detail}", **outcome.data)
     ended = _attempt_ended(step, attempt, observation, outcome)
     if outcome.state in SETTLED_STATES:
         step_settle(step_id=step.pk, outcome=outcome, via="attempt", lease=lease, extra=[ended])
+    elif outcome.data.get("bug"):
+        # The provider says the key was used with other arguments. Arguments are frozen, so
+        # this is a bug of ours, and the first use may have acted: a person must look.
+        step_mark_unknown(
+            lease=lease,
+            step=step,
+            outcome=outcome,
+            next_check_in=None,
+            extra=[ended],
+            give_up=(
+                Attention.KEY_MISUSED,
+                f"step {step.key} ({step.tool}): {outcome.detail}; a person must check with the "
+                "provider",
+            ),
+        )
     else:
         _unknown(lease=lease, step=step, outcome=outcome, policy=policy, extra=[ended])
     return outcome
@@ -84,42 +101,33 @@ def _unknown(
     step: Step,
     outcome: Outcome,
     policy: Policy,
-    extra: list[Any],
+    extra: list[Entry],
     count_round: bool = False,
-    give_up: str = "",
+    give_up: tuple[Attention, str] | None = None,
 ) -> None:
     rounds = step.lookups + (1 if count_round else 0)
-    delay = None if give_up else _next_delay(policy, rounds)
-    reason = give_up or (
-        f"step {step.key} is still unknown after {rounds} reconciliation rounds: {outcome.detail}"
-    )
+    delay = None if give_up else next_check_in(rounds_done=rounds, schedule=policy.lookup_schedule)
+    if delay is None and give_up is None:
+        give_up = (
+            Attention.ROUNDS_EXHAUSTED,
+            f"step {step.key} ({step.tool}) is still unknown after {rounds} reconciliation "
+            f"rounds: {outcome.detail}",
+        )
     step_mark_unknown(
         lease=lease,
         step=step,
         outcome=outcome,
         next_check_in=delay,
         extra=extra,
-        give_up_reason=reason,
+        give_up=give_up,
         count_round=count_round,
     )
 
 
-def _next_delay(policy: Policy, rounds_done: int) -> float | None:
-    if rounds_done >= len(policy.lookup_schedule):
-        return None
-    return policy.lookup_schedule[rounds_done]
-
-
-def _lookup_entries(step: Step, fact: dict[str, Any] | None) -> list[Any]:
+def _lookup_entries(step: Step, fact: dict[str, Any] | None) -> list[Entry]:
     if fact is None:
         return []
     return [entry(kind=EntryKind.LOOKUP, task_id=step.task_id, step_id=step.pk, **fact)]
-
-
-def key_alive(*, tool: Tool, first_started_at: datetime, now: datetime, policy: Policy) -> bool:
-    """Whether the provider still certainly remembers a key first used at ``first_started_at``."""
-    trusted = tool.key_lifetime * (1.0 - policy.key_margin)
-    return now < first_started_at + trusted
 
 
 def step_reconcile(
@@ -127,9 +135,10 @@ def step_reconcile(
 ) -> StepState:
     """One round of finding out what happened to a pending-abandoned or unknown step.
 
-    Look it up by key (full effects) → found: settled. Not found and the key alive → retry
-    with the same key and arguments. Not found and the key dead → look again while the
-    provider's lookup may still lag, then the task needs a human. Never a new key.
+    Look it up by key (full effects), then let :func:`journal.reconcile.reconcile_next`
+    decide from the step's own record: settle with what was found; retry with the same key
+    and arguments while the key is trusted; look again later while the provider's lookup
+    may lag; or hand the task to a human. Never a new key.
     """
     fresh = Step.objects.annotate(db_now=Now()).get(pk=step.pk)
     if fresh.is_settled:
@@ -140,59 +149,57 @@ def step_reconcile(
             lease=lease,
             task_id=step.task_id,
             step_id=step.pk,
+            code=Attention.TOOL_MISSING,
             reason=f"step {step.key} is {fresh.state} and its tool {step.tool!r} is not "
             "available to look it up",
         )
         return StepState(fresh.state)
+    found: Outcome | None = None
     lookup_fact: dict[str, Any] | None = None
-    if tool.cost == CostClass.FULL:
+    if fresh.cost == CostClass.FULL:
         found = tool_lookup(tool, fresh.args, key=fresh.key)
-        settled = found is not None and found.state in SETTLED_STATES
         lookup_fact = {
             "key": fresh.key,
-            "found": settled,
+            "found": found is not None and found.state in SETTLED_STATES,
             "result": found.state if found is not None else "not_found",
             "detail": found.detail if found is not None else "",
         }
-        if found is not None and settled:
-            step_settle(
-                step_id=fresh.pk,
-                outcome=found,
-                via="lookup",
-                lease=lease,
-                extra=_lookup_entries(fresh, lookup_fact),
-            )
-            return StepState(found.state)
-    if fresh.first_started_at is None:  # pragma: no cover - every performed step has one
-        raise ValueError(f"step {fresh.key} was never started")
-    if tool.cost == CostClass.READ:
-        retry = fresh.attempts < policy.read_attempts
-    else:
-        retry = key_alive(
-            tool=tool, first_started_at=fresh.first_started_at, now=now, policy=policy
+    verdict = reconcile_next(
+        found=StepState(found.state) if found is not None else None,
+        cost=fresh.cost,
+        now=now,
+        key_trusted_until=fresh.key_trusted_until,
+        lookup_until=fresh.lookup_until,
+        attempts=fresh.attempts,
+        read_attempts=policy.read_attempts,
+        rounds_done=fresh.lookups,
+        rounds_planned=len(policy.lookup_schedule),
+    )
+    if verdict.next == Next.SETTLE and found is not None:
+        step_settle(
+            step_id=fresh.pk,
+            outcome=found,
+            via="lookup",
+            lease=lease,
+            extra=_lookup_entries(fresh, lookup_fact),
         )
-    if retry:
+        return StepState(found.state)
+    if verdict.next == Next.RETRY:
         try:
             step_attempt_start(lease=lease, step=fresh, lookup=lookup_fact)
         except StepAlreadySettled:
             return StepState(Step.objects.values_list("state", flat=True).get(pk=fresh.pk))
         return StepState(step_perform(lease=lease, step=fresh, tool=tool, policy=policy).state)
-
-    # The key is dead: only a lookup may settle the step now. Keep looking while the
-    # provider's lookup may still trail an effect made under the key; then ask a human.
-    lag_ends = fresh.first_started_at + tool.key_lifetime + tool.lookup_lag
-    give_up = ""
-    if not (tool.cost == CostClass.FULL and now < lag_ends and tool.lookup_lag > timedelta(0)):
-        give_up = (
-            f"step {fresh.key} ({tool.name}) is unknown, the provider no longer remembers its "
-            "key, and no lookup found it: a person must check with the provider"
-        )
     if fresh.state == StepState.UNKNOWN:
         outcome = Outcome(StepState.UNKNOWN, fresh.detail, fresh.outcome)
     else:  # pending: its runner died during the call
         outcome = Outcome.unknown(
             "the runner stopped during the call; the provider may have processed it"
         )
+    give_up = None
+    if verdict.next == Next.HUMAN:
+        code = verdict.code or Attention.ROUNDS_EXHAUSTED
+        give_up = (code, f"step {fresh.key} ({fresh.tool}) is unknown: {verdict.why}")
     _unknown(
         lease=lease,
         step=fresh,

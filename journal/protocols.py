@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django.db import models
@@ -18,7 +18,7 @@ from journal.outcomes import Observation, Outcome, StepState
 
 
 class CostClass(models.TextChoices):
-    """How much a duplicate would cost, and so how much care a call gets (DESIGN §9)."""
+    """How much a duplicate would cost, and so how much care a call gets (docs/design.md §9)."""
 
     READ = "read", "read"
     """No effect: an unknown result is simply retried, a bounded number of times."""
@@ -65,12 +65,65 @@ class Tool(Protocol):
         ...
 
     def guard(self, args: Mapping[str, Any]) -> str | None:
-        """The business object this effect acts on (``charge:INV-2291``), if any (DESIGN §6)."""
+        """The business object this effect acts on (``charge:INV-2291``), if any (§6)."""
+        ...
+
+    def once(self, args: Mapping[str, Any]) -> bool:
+        """Whether the effect happens once per object (the charge of an invoice, reminder N):
+        a second one is refused while the first stands and is not undone (§6)."""
         ...
 
     def call(self, args: Mapping[str, Any], *, key: str) -> Observation: ...
 
     def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None: ...
+
+
+class Refusal(models.TextChoices):
+    """Why a decision was recorded ``not_done`` without anything being sent."""
+
+    UNKNOWN_TOOL = "unknown_tool", "unknown tool"
+    """The tool does not exist, or this task's kind may not use it."""
+    INVALID_ARGUMENTS = "invalid_arguments", "invalid arguments"
+    """The arguments do not fit the tool's schema."""
+    NOT_THIS_TASKS = "not_this_tasks", "not this task's"
+    """An argument is not what the task's references say (amount, invoice, recipient, ...),
+    or an undo names an effect this task did not make."""
+    LIMIT = "limit", "over a limit"
+    """It would exceed a limit of the task (money per currency)."""
+    IN_FLIGHT = "in_flight", "in flight"
+    """Another effect on the same object is in flight or unknown."""
+    ALREADY_DONE = "already_done", "already done"
+    """The object's once-only effect already happened and was not undone."""
+
+
+GUARD_REFUSALS = (Refusal.IN_FLIGHT, Refusal.ALREADY_DONE)
+# Refusals of a decision's form, not its substance: deciding again, correctly, is fine.
+DECIDE_AGAIN = (Refusal.UNKNOWN_TOOL, Refusal.INVALID_ARGUMENTS)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The harness's rules refuse a decision: ``reason`` is one sentence for the model, saying
+    what it may do instead."""
+
+    code: Refusal
+    reason: str
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The decision belongs to the task. ``offsets`` names the step (its ``n``) of this task
+    that the call undoes, when it is a refund, a release or a cancel."""
+
+    offsets: int | None = None
+
+
+class Rules(Protocol):
+    """What binds a task's decisions to the task (docs/design.md §6): the harness knows what
+    the task is for; the model may be wrong or prompt-injected."""
+
+    def check(self, *, tool: str, args: Mapping[str, Any], facts: TaskFacts) -> Refused | Bound: ...
 
 
 @dataclass(frozen=True)
@@ -85,14 +138,34 @@ class StepFact:
     key: str
     guard: str | None = None
     evidence: Mapping[str, Any] = field(default_factory=dict)
-    refused: bool = False
-    """Not started because another effect on the same object was in flight or unknown."""
+    refusal: str = ""
+    """Why it was refused without running (a :class:`Refusal`), or "" when it was not."""
+    offset: bool = False
+    """It was done and a later done step of the task undid it."""
+    offsets: int | None = None
+    """The ``n`` of the step this one undoes."""
+    retries: int = 0
+    """Harness retries of a transient ``not_done`` that came before this step."""
+    transient: bool = False
+    """``not_done`` for a passing reason (the provider could not be reached): worth a retry."""
+    settled_at: datetime | None = None
+
+    @property
+    def refused(self) -> bool:
+        """Not started because of the object's guard: another effect is live, or done."""
+        return self.refusal in GUARD_REFUSALS
 
     def result_text(self) -> str:
-        """The tool result as the model must read it (DESIGN §8): three states, no 'failed'."""
+        """The tool result as the model must read it (§8): three states, never 'failed'."""
         what = f"{self.tool}" + (f" for {self.guard.split(':', 1)[-1]}" if self.guard else "")
         if self.state == StepState.DONE:
-            return f"status: done — {what} happened; evidence: {dict(self.evidence)}"
+            undone = "; it was undone later" if self.offset else ""
+            return f"status: done — {what} happened; evidence: {dict(self.evidence)}{undone}"
+        if self.state == StepState.NOT_DONE and self.refusal in DECIDE_AGAIN:
+            return f"status: not_done — {what} was not started: {self.detail}; safe to decide again"
+        if self.state == StepState.NOT_DONE and self.refusal:
+            # The reason says what to do instead; "decide again" would invite a repeat.
+            return f"status: not_done — {what} was not started: {self.detail}"
         if self.state == StepState.NOT_DONE:
             return f"status: not_done — {what} did not happen: {self.detail}; safe to decide again"
         return (
@@ -132,5 +205,11 @@ Decision = Call | Finish
 
 class Planner(Protocol):
     """Turns the journal's facts about a task into its next decision."""
+
+    @property
+    def max_duration(self) -> timedelta:
+        """The longest one decision may take, retries included: the runner's lease is stretched
+        to cover it, so a slow model does not hand the task to a second runner."""
+        ...
 
     def decide(self, facts: TaskFacts) -> Decision: ...

@@ -1,4 +1,4 @@
-"""Writing decisions down before anything acts on them (DESIGN §4)."""
+"""Writing decisions down before anything acts on them (docs/design.md §4, §6)."""
 
 from __future__ import annotations
 
@@ -9,25 +9,28 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
-from journal.keys import step_key
+from journal.entries import entry
+from journal.keys import object_name, step_key
 from journal.leases import Lease, fence
-from journal.models import Entry, EntryKind, Step, StepKind, Task, TaskStatus
-from journal.outcomes import StepState
-from journal.protocols import Call, Finish, Tool
+from journal.models import (
+    GUARD_CONSTRAINT,
+    ONCE_CONSTRAINT,
+    STANDING_STATES,
+    UNDO_CONSTRAINT,
+    Entry,
+    EntryKind,
+    Step,
+    StepKind,
+    Task,
+    TaskStatus,
+)
+from journal.outcomes import LIVE_STATES, StepState
+from journal.policy import DEFAULT_POLICY, Policy
+from journal.protocols import Call, Finish, Refusal, Refused, Rules, TaskFacts, Tool
+from journal.status import task_transition
+from journal.summary import evidence_label
 
-GUARD_CONSTRAINT = "journal_step_one_live_effect_per_object"
-
-
-def entry(
-    *,
-    kind: EntryKind,
-    task_id: Any,
-    step_id: int | None = None,
-    actor: str = "",
-    **data: Any,
-) -> Entry:
-    """An unsaved entry; services save their entries together with the change they log."""
-    return Entry(task_id=task_id, step_id=step_id, kind=kind, actor=actor, data=data)
+TASK_CONSTRAINTS = (GUARD_CONSTRAINT, ONCE_CONSTRAINT, UNDO_CONSTRAINT)
 
 
 def _json(value: Any) -> Any:
@@ -45,13 +48,24 @@ def task_create(
     return task
 
 
-def step_record(*, lease: Lease, decision: Call, tools: Mapping[str, Tool]) -> Step:
+def step_record(
+    *,
+    lease: Lease,
+    decision: Call,
+    tools: Mapping[str, Tool],
+    rules: Rules | None = None,
+    facts: TaskFacts | None = None,
+    retries: int = 0,
+    policy: Policy = DEFAULT_POLICY,
+) -> Step:
     """Record a decided call and start its first attempt, in one commit, before any call.
 
     The key is derived here from the step's id; nothing in ``decision`` can set it. A
-    decision naming an unknown tool or carrying invalid arguments is recorded as a
-    ``not_done`` step that never runs; one refused by the guard likewise. Returns the step;
-    it is ``pending`` exactly when the caller must now perform it.
+    decision is recorded ``not_done``, and never runs, when it names an unknown tool, its
+    arguments are invalid, the task's ``rules`` refuse it (``facts`` are what they judge
+    by), or the object's guard refuses it (another effect live, or its once-only effect
+    already done). Returns the step; it is ``pending`` exactly when the caller must now
+    perform it.
     """
     tool = tools.get(decision.tool)
     try:
@@ -60,29 +74,35 @@ def step_record(*, lease: Lease, decision: Call, tools: Mapping[str, Tool]) -> S
     except (TypeError, ValueError) as exc:
         args, problems = {"unserialisable": repr(decision.args)[:2000]}, [str(exc)]
     raw = _json_or_repr(decision.raw)
+    refuse = _Refuser(lease=lease, decision=decision, args=args, raw=raw, retries=retries)
     if tool is None:
         known = ", ".join(sorted(tools)) or "none"
-        return _record_settled_decision(
-            lease=lease,
-            decision=decision,
-            args=args,
-            raw=raw,
-            kind=EntryKind.DECISION_REJECTED,
-            proof=f"unknown tool {decision.tool!r} (known tools: {known}); nothing was run",
+        return refuse(
+            Refusal.UNKNOWN_TOOL,
+            f"unknown tool {decision.tool!r} (this task may use: {known}); nothing was run",
         )
     if problems:
-        return _record_settled_decision(
-            lease=lease,
-            decision=decision,
-            args=args,
-            raw=raw,
-            kind=EntryKind.DECISION_REJECTED,
-            proof="invalid arguments: " + "; ".join(problems) + "; nothing was sent",
+        return refuse(
+            Refusal.INVALID_ARGUMENTS,
+            "invalid arguments: " + "; ".join(problems) + "; nothing was sent",
         )
-    guard = tool.guard(args)
+    offsets: int | None = None
+    if rules is not None:
+        if facts is None:
+            from journal.selectors import task_facts_by_id
+
+            facts = task_facts_by_id(task_id=lease.task_id)
+        verdict = rules.check(tool=tool.name, args=args, facts=facts)
+        if isinstance(verdict, Refused):
+            return refuse(verdict.code, verdict.reason, **dict(verdict.facts))
+        offsets = verdict.offsets
+    raw_guard = tool.guard(args)
+    guard = object_name(raw_guard) if raw_guard else None
+    once = bool(guard) and tool.once(args)
+    trusted = tool.key_lifetime * (1.0 - policy.key_margin)
     try:
         with transaction.atomic():
-            n = fence(lease, allocate_step=True)
+            n = fence(lease, allocate_step=True).step_count
             key = step_key(lease.task_id, n)
             step = Step.objects.create(
                 task_id=lease.task_id,
@@ -93,9 +113,18 @@ def step_record(*, lease: Lease, decision: Call, tools: Mapping[str, Tool]) -> S
                 key=key,
                 cost=tool.cost,
                 guard=guard,
+                once=once,
+                offsets_id=(
+                    Step.objects.get(task_id=lease.task_id, n=offsets).pk
+                    if offsets is not None
+                    else None
+                ),
+                retries=retries,
                 state=StepState.PENDING,
                 attempts=1,
                 first_started_at=Now(),
+                key_trusted_until=Now() + trusted,
+                lookup_until=Now() + tool.key_lifetime + tool.lookup_lag,
                 decision=raw,
             )
             Entry.objects.bulk_create(
@@ -108,6 +137,9 @@ def step_record(*, lease: Lease, decision: Call, tools: Mapping[str, Tool]) -> S
                         key=key,
                         args=args,
                         guard=guard,
+                        once=once,
+                        offsets=offsets,
+                        retry=retries,
                     ),
                     entry(
                         kind=EntryKind.ATTEMPT_STARTED,
@@ -119,25 +151,56 @@ def step_record(*, lease: Lease, decision: Call, tools: Mapping[str, Tool]) -> S
                 ]
             )
     except IntegrityError as exc:
-        if guard is None or GUARD_CONSTRAINT not in str(exc):
+        constraint = next((c for c in TASK_CONSTRAINTS if c in str(exc)), None)
+        if constraint is None:
             raise
-        holder = (
-            Step.objects.live().filter(guard=guard).values_list("key", flat=True).first() or "?"
+        code, reason, held = _guard_refusal(
+            constraint, tool=tool, guard=guard, offsets=offsets, task_id=lease.task_id
         )
-        return _record_settled_decision(
-            lease=lease,
-            decision=decision,
-            args=args,
-            raw=raw,
-            kind=EntryKind.GUARD_REFUSED,
-            proof=(
-                f"refused: another {tool.name} on {guard.split(':', 1)[-1]} is in flight or "
-                f"unknown (reference {holder}); this one was not started"
-            ),
-            guard=guard,
-            refused_by=holder,
-        )
+        return refuse(code, reason, guard=guard, **held)
     return step
+
+
+def _guard_refusal(
+    constraint: str, *, tool: Tool, guard: str | None, offsets: int | None, task_id: Any
+) -> tuple[Refusal, str, dict[str, Any]]:
+    """Why the database refused the step, told from the step that stands in its way."""
+    if constraint == UNDO_CONSTRAINT and offsets is not None:
+        holder = (
+            Step.objects.filter(
+                offsets__task_id=task_id, offsets__n=offsets, state__in=STANDING_STATES
+            )
+            .order_by("n")
+            .first()
+        )
+    else:
+        holder = (
+            Step.objects.filter(guard__iexact=guard, state__in=STANDING_STATES)
+            .order_by("-state")  # unknown / pending before done: a live one explains best
+            .first()
+        )
+    if holder is None:  # it settled or was undone meanwhile: the decision may be made again
+        return (
+            Refusal.IN_FLIGHT,
+            f"refused: another {tool.name} on the same object was in flight a moment ago; "
+            "nothing was sent; decide again",
+            {},
+        )
+    what = (guard or "").split(":", 1)[-1] or holder.tool
+    if holder.state in LIVE_STATES:
+        return (
+            Refusal.IN_FLIGHT,
+            f"refused: another {holder.tool} on {what} is in flight or unknown (reference "
+            f"{holder.key}); this one was not started; do not start another meanwhile",
+            {"refused_by": holder.key},
+        )
+    when = holder.settled_at.strftime("%Y-%m-%d %H:%M UTC") if holder.settled_at else "earlier"
+    return (
+        Refusal.ALREADY_DONE,
+        f"already done: {holder.tool} for {what} ({evidence_label(holder.evidence)}) on "
+        f"{when}, reference {holder.key}; this one was not started; do not do it again",
+        {"refused_by": holder.key, "evidence": holder.evidence},
+    )
 
 
 def _json_or_repr(value: Any) -> Any:
@@ -149,68 +212,78 @@ def _json_or_repr(value: Any) -> Any:
         return {"repr": repr(value)[:10000]}
 
 
-def _record_settled_decision(
-    *,
-    lease: Lease,
-    decision: Call,
-    args: Any,
-    raw: Any,
-    kind: EntryKind,
-    proof: str,
-    guard: str | None = None,
-    **facts: Any,
-) -> Step:
-    with transaction.atomic():
-        n = fence(lease, allocate_step=True)
-        step = Step.objects.create(
-            task_id=lease.task_id,
-            n=n,
-            kind=StepKind.CALL,
-            tool=decision.tool[:100],
-            args=args,
-            key=step_key(lease.task_id, n),
-            guard=guard,
-            state=StepState.NOT_DONE,
-            detail=proof,
-            outcome={"proof": proof, **facts},
-            settled_at=Now(),
-            decision=raw,
-        )
-        entry(kind=kind, task_id=lease.task_id, step_id=step.pk, proof=proof, **facts).save()
-    return step
+class _Refuser:
+    """Records a decision as ``not_done`` with the reason it was refused; nothing is sent."""
+
+    def __init__(self, *, lease: Lease, decision: Call, args: Any, raw: Any, retries: int) -> None:
+        self.lease, self.decision, self.args, self.raw = lease, decision, args, raw
+        self.retries = retries
+
+    def __call__(
+        self, code: Refusal, reason: str, *, guard: str | None = None, **facts: Any
+    ) -> Step:
+        kind = {
+            Refusal.UNKNOWN_TOOL: EntryKind.DECISION_REJECTED,
+            Refusal.INVALID_ARGUMENTS: EntryKind.DECISION_REJECTED,
+            Refusal.IN_FLIGHT: EntryKind.GUARD_REFUSED,
+            Refusal.ALREADY_DONE: EntryKind.GUARD_REFUSED,
+        }.get(code, EntryKind.DECISION_REFUSED)
+        with transaction.atomic():
+            n = fence(self.lease, allocate_step=True).step_count
+            step = Step.objects.create(
+                task_id=self.lease.task_id,
+                n=n,
+                kind=StepKind.CALL,
+                tool=self.decision.tool[:100],
+                args=self.args,
+                key=step_key(self.lease.task_id, n),
+                guard=guard,
+                refusal=code,
+                retries=self.retries,
+                state=StepState.NOT_DONE,
+                detail=reason,
+                outcome={"proof": reason, "refusal": str(code), **_json_or_repr(facts)},
+                settled_at=Now(),
+                decision=self.raw,
+            )
+            entry(
+                kind=kind,
+                task_id=self.lease.task_id,
+                step_id=step.pk,
+                proof=reason,
+                refusal=str(code),
+                **_json_or_repr(facts),
+            ).save()
+        return step
 
 
-def task_finish(*, lease: Lease, decision: Finish) -> Step:
-    """Record the decision that the task is over; it is a step like any other."""
+def task_finish(*, lease: Lease, decision: Finish, summary: str) -> Step:
+    """Record the decision that the task is over; it is a step like any other.
+
+    ``summary`` is what the task says it did, built from the journal's facts; the planner's
+    own words are kept beside it, never shown as the truth.
+    """
     with transaction.atomic():
-        n = fence(lease, allocate_step=True)
+        n = fence(lease, allocate_step=True).step_count
         step = Step.objects.create(
             task_id=lease.task_id,
             n=n,
             kind=StepKind.FINISH,
             key=step_key(lease.task_id, n),
             state=StepState.DONE,
-            detail=decision.summary,
-            outcome={"evidence": {"summary": decision.summary}},
+            detail=summary,
+            outcome={
+                "evidence": {"summary": summary},
+                "planner_summary": decision.summary[:5000],
+            },
             settled_at=Now(),
             decision=_json_or_repr(decision.raw),
         )
-        Task.objects.filter(pk=lease.task_id).update(status=TaskStatus.FINISHED)
-        entry(
-            kind=EntryKind.TASK_FINISHED,
+        task_transition(
             task_id=lease.task_id,
+            to=TaskStatus.FINISHED,
+            frm=[TaskStatus.RUNNABLE],
             step_id=step.pk,
-            summary=decision.summary,
-        ).save()
+            summary=summary,
+        )
     return step
-
-
-def task_flag(
-    *, lease: Lease | None, task_id: Any, reason: str, step_id: int | None = None
-) -> None:
-    """Mark the task as needing a human, with the reason; the runner stops there."""
-    with transaction.atomic():
-        if lease is not None:
-            fence(lease)
-        Task.objects.filter(pk=task_id).update(status=TaskStatus.NEEDS_HUMAN, attention=reason)
-        entry(kind=EntryKind.TASK_FLAGGED, task_id=task_id, step_id=step_id, reason=reason).save()

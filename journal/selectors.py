@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 
-from journal.models import Step, StepKind, Task, TaskStatus
+from journal.models import Step, StepKind, Task
 from journal.outcomes import StepState
 from journal.protocols import StepFact, TaskFacts
+from journal.status import lease_free_q, runnable_q
 
 
 def task_facts(*, task: Task) -> TaskFacts:
     """What the planner is told: the journal's facts, never the model's own memory."""
-    steps = Step.objects.filter(task=task, kind=StepKind.CALL).order_by("n")
+    steps = (
+        Step.objects.filter(task=task, kind=StepKind.CALL)
+        .annotate(offsets_n=F("offsets__n"))
+        .order_by("n")
+    )
     return TaskFacts(
         task_id=str(task.pk),
         kind=task.kind,
@@ -30,33 +35,39 @@ def task_facts(*, task: Task) -> TaskFacts:
                 key=s.key,
                 guard=s.guard,
                 evidence=s.evidence,
-                refused="refused_by" in s.outcome,
+                refusal=s.refusal,
+                offset=s.offset_by_id is not None,
+                offsets=s.offsets_n,  # type: ignore[attr-defined]
+                retries=s.retries,
+                transient=s.state == StepState.NOT_DONE and bool(s.outcome.get("transient")),
+                settled_at=s.settled_at,
             )
             for s in steps
         ],
     )
 
 
-def task_list_runnable() -> QuerySet[Task]:
-    """Tasks the journal says can advance now and that no live runner holds.
+def task_facts_by_id(*, task_id: UUID) -> TaskFacts:
+    return task_facts(task=Task.objects.get(pk=task_id))
 
-    Running tasks, and waiting tasks whose unknown step is due for its lookup. This is what
-    a sweeper re-enqueues after a killed worker, a lost job or an emptied Redis.
+
+def task_list_runnable() -> QuerySet[Task]:
+    """Tasks that can advance now and that no live runner holds.
+
+    Runnable tasks, and waiting tasks whose time has come (journal.status.runnable_q, the
+    same rule the runner judges by). This is what a sweeper re-enqueues after a killed
+    worker, a lost job or an emptied Redis.
     """
-    due = Step.objects.filter(
-        task=OuterRef("pk"), state=StepState.UNKNOWN, next_check_at__lte=Now()
-    )
-    return Task.objects.filter(
-        Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=Now()),
-    ).filter(Q(status=TaskStatus.RUNNING) | (Q(status=TaskStatus.WAITING) & Exists(due)))
+    return Task.objects.filter(runnable_q(), lease_free_q())
 
 
 def task_open_step(*, task_id: UUID) -> Step | None:
     """The task's step that is in flight or unknown, if any (the guard allows one at most
-    per object; the runner never starts another step while one is open)."""
+    per object; the runner never starts another step while one is open). ``due`` says
+    whether its lookup time has come (a step nobody scheduled is due)."""
     return (
         Step.objects.filter(task_id=task_id, state__in=(StepState.PENDING, StepState.UNKNOWN))
-        .annotate(due=Q(next_check_at__lte=Now()))
+        .annotate(due=Q(next_check_at__isnull=True) | Q(next_check_at__lte=Now()))
         .order_by("n")
         .first()
     )

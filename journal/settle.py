@@ -4,22 +4,49 @@ Settling to ``done`` or ``not_done`` is monotone and needs no lease: the runner,
 and a provider's webhook may all report the same effect, in any order, and only the first
 report changes anything. Marking ``unknown`` and starting attempts belong to the lease
 holder.
+
+Every change here takes the task's row lock first (the fence does, under a lease), so it
+judges the task's status after any concurrent change of it has committed: a webhook that
+settles a step while its runner marks the task waiting wakes it, never strands it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Subquery
 from django.db.models.functions import Now
 
+from journal.entries import entry
 from journal.leases import Lease, fence
-from journal.models import Entry, EntryKind, Step, Task, TaskStatus
+from journal.models import Attention, Entry, EntryKind, Step, TaskStatus
 from journal.outcomes import LIVE_STATES, SETTLED_STATES, Outcome, StepState
-from journal.record import entry
+from journal.status import task_flag, task_transition
+
+
+class StepAlreadySettled(Exception):
+    """The step settled meanwhile (a webhook beat the runner); there is nothing to retry."""
+
+
+def _lock_task_of(step_id: int) -> str:
+    """Lock the task row of a step (waiting for any writer of it to commit); its status."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT t.status FROM journal_task t
+             WHERE t.id = (SELECT task_id FROM journal_step WHERE id = %s)
+               FOR UPDATE
+            """,
+            [step_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise Step.DoesNotExist(f"no step {step_id}")
+    return str(row[0])
 
 
 def step_attempt_start(*, lease: Lease, step: Step, lookup: dict[str, Any] | None = None) -> int:
@@ -53,17 +80,10 @@ def step_attempt_start(*, lease: Lease, step: Step, lookup: dict[str, Any] | Non
                 0, entry(kind=EntryKind.LOOKUP, task_id=step.task_id, step_id=step.pk, **lookup)
             )
         Entry.objects.bulk_create(entries)
-        Task.objects.filter(pk=step.task_id, status=TaskStatus.WAITING).update(
-            status=TaskStatus.RUNNING
-        )
     step.attempts = attempt
     step.lookups += 1
     step.state = StepState.PENDING
     return attempt
-
-
-class StepAlreadySettled(Exception):
-    """The step settled meanwhile (a webhook beat the runner); there is nothing to retry."""
 
 
 def step_settle(
@@ -72,89 +92,106 @@ def step_settle(
     outcome: Outcome,
     via: str,
     lease: Lease | None = None,
-    extra: list[Entry] | None = None,
+    extra: Sequence[Entry] = (),
     actor: str = "",
 ) -> bool:
     """Settle a step ``done`` or ``not_done``. Returns whether this call changed it.
 
     A settled step never moves: a repeated report changes nothing; a contradicting one is
     logged as a conflict and the task is flagged for a human. When the step settles, a
-    task that was waiting for it becomes runnable again.
+    task that was waiting for it can advance again; a ``done`` undo marks the step it
+    undoes as offset (so its object's once-only effect may happen again).
     """
     if outcome.state not in SETTLED_STATES:
         raise ValueError(f"step_settle takes done or not_done, not {outcome.state}")
     with transaction.atomic():
-        if lease is not None:
-            fence(lease)
-        # One statement settles the step and wakes a task that was waiting for it.
+        status = fence(lease).status if lease is not None else _lock_task_of(step_id)
         with connection.cursor() as cursor:
             cursor.execute(
                 """
-                WITH settled AS (
-                    UPDATE journal_step
-                       SET state = %s, detail = %s, outcome = %s::jsonb, settled_at = now(),
-                           next_check_at = NULL
-                     WHERE id = %s AND state IN ('pending', 'unknown')
-                 RETURNING task_id, key
-                ), woken AS (
-                    UPDATE journal_task SET status = 'running'
-                     WHERE id IN (SELECT task_id FROM settled) AND status = 'waiting'
-                )
-                SELECT task_id, key FROM settled
+                UPDATE journal_step
+                   SET state = %s, detail = %s, outcome = %s::jsonb, settled_at = now(),
+                       next_check_at = NULL
+                 WHERE id = %s AND state IN (%s, %s)
+             RETURNING task_id, key, offsets_id
                 """,
-                [outcome.state, outcome.detail, json.dumps(dict(outcome.data)), step_id],
+                [
+                    outcome.state,
+                    outcome.detail,
+                    json.dumps(dict(outcome.data)),
+                    step_id,
+                    *LIVE_STATES,
+                ],
             )
             row = cursor.fetchone()
-        changed = row is not None
-        step = (
-            Step(pk=step_id, task_id=row[0], key=row[1], state=outcome.state)
-            if row is not None
-            else Step.objects.only("task_id", "state", "key").get(pk=step_id)
-        )
-        entries = list(extra or [])
-        if changed:
-            entries.append(
+        if row is None:
+            step = Step.objects.only("task_id", "state", "key").get(pk=step_id)
+            Entry.objects.bulk_create(list(extra))
+            if step.state != outcome.state:
+                step_conflict(
+                    step=step,
+                    reason=(
+                        f"step {step.key} is settled {step.state} but {via} reports "
+                        f"{outcome.state}: {outcome.detail}"
+                    ),
+                    via=via,
+                    actor=actor,
+                    reported=outcome.state,
+                    **dict(outcome.data),
+                )
+            return False
+        task_id, key, offsets_id = row
+        Entry.objects.bulk_create(
+            [
+                *extra,
                 entry(
                     kind=EntryKind.STEP_SETTLED,
-                    task_id=step.task_id,
+                    task_id=task_id,
                     step_id=step_id,
                     actor=actor,
                     state=outcome.state,
                     via=via,
                     detail=outcome.detail,
                     **dict(outcome.data),
-                )
+                ),
+            ]
+        )
+        if offsets_id is not None and outcome.state == StepState.DONE:
+            Step.objects.filter(pk=offsets_id, offset_by__isnull=True).update(offset_by=step_id)
+        if status == TaskStatus.WAITING:
+            task_transition(
+                task_id=task_id,
+                to=TaskStatus.RUNNABLE,
+                frm=[TaskStatus.WAITING],
+                step_id=step_id,
+                actor=actor,
+                reason=f"step {key} settled {outcome.state} ({via})",
             )
-        elif step.state != outcome.state:
-            reason = (
-                f"step {step.key} is settled {step.state} but {via} reports {outcome.state}: "
-                f"{outcome.detail}"
-            )
-            entries.append(
-                entry(
-                    kind=EntryKind.CONFLICT,
-                    task_id=step.task_id,
-                    step_id=step_id,
-                    actor=actor,
-                    reported=outcome.state,
-                    kept=step.state,
-                    via=via,
-                    **dict(outcome.data),
-                )
-            )
-            entries.append(
-                entry(
-                    kind=EntryKind.TASK_FLAGGED,
-                    task_id=step.task_id,
-                    step_id=step_id,
-                    reason=reason,
-                )
-            )
-            Task.objects.filter(pk=step.task_id).exclude(status=TaskStatus.FINISHED).update(
-                status=TaskStatus.NEEDS_HUMAN, attention=reason
-            )
-        Entry.objects.bulk_create(entries)
-    return changed
+    return True
+
+
+def step_conflict(*, step: Step, reason: str, via: str, actor: str = "", **facts: Any) -> None:
+    """Record that a report about ``step`` contradicts the journal or does not fit the step,
+    and hand its task to a human — whatever the task's status, finished ones included. The
+    step keeps its state."""
+    with transaction.atomic():
+        entry(
+            kind=EntryKind.CONFLICT,
+            task_id=step.task_id,
+            step_id=step.pk,
+            actor=actor,
+            kept=step.state,
+            via=via,
+            reason=reason,
+            **facts,
+        ).save()
+        task_flag(
+            task_id=step.task_id,
+            code=Attention.CONFLICT,
+            reason=reason,
+            step_id=step.pk,
+            actor=actor,
+        )
 
 
 def step_mark_unknown(
@@ -163,18 +200,20 @@ def step_mark_unknown(
     step: Step,
     outcome: Outcome,
     next_check_in: float | None,
-    extra: list[Entry] | None = None,
-    give_up_reason: str = "",
+    extra: Sequence[Entry] = (),
+    give_up: tuple[Attention, str] | None = None,
     count_round: bool = False,
 ) -> None:
     """Record that ``step`` may have happened, and what is being done to find out.
 
     With ``next_check_in`` the step is looked up again after that many seconds and the
-    task waits; with ``None`` nothing more can be done automatically and the task needs a
-    human (``give_up_reason`` says why).
+    task waits until then; with ``None`` nothing more can be done automatically and the
+    task needs a human (``give_up`` says why, as a code and a sentence).
     """
     if outcome.state != StepState.UNKNOWN:
         raise ValueError("step_mark_unknown takes an unknown outcome")
+    if next_check_in is None and give_up is None:
+        raise ValueError("a step that will not be looked up again needs a reason to give up")
     with transaction.atomic():
         fence(lease)
         updated = Step.objects.filter(pk=step.pk, state__in=LIVE_STATES).update(
@@ -188,43 +227,32 @@ def step_mark_unknown(
         )
         if not updated:
             # Settled meanwhile by a webhook or another report: that outcome stands.
-            Entry.objects.bulk_create(list(extra or []))
+            Entry.objects.bulk_create(list(extra))
             return
-        entries = [
-            *(extra or []),
-            entry(
-                kind=EntryKind.STEP_SETTLED,
-                task_id=step.task_id,
-                step_id=step.pk,
-                state=StepState.UNKNOWN,
-                detail=outcome.detail,
-                **dict(outcome.data),
-            ),
-        ]
+        Entry.objects.bulk_create(
+            [
+                *extra,
+                entry(
+                    kind=EntryKind.STEP_SETTLED,
+                    task_id=step.task_id,
+                    step_id=step.pk,
+                    state=StepState.UNKNOWN,
+                    detail=outcome.detail,
+                    **dict(outcome.data),
+                ),
+            ]
+        )
         if next_check_in is not None:
-            entries.append(
-                entry(
-                    kind=EntryKind.TASK_WAITING,
-                    task_id=step.task_id,
-                    step_id=step.pk,
-                    next_check_in=next_check_in,
-                )
+            task_transition(
+                task_id=step.task_id,
+                to=TaskStatus.WAITING,
+                frm=[TaskStatus.RUNNABLE],
+                step_id=step.pk,
+                wake_at=Subquery(Step.objects.filter(pk=step.pk).values("next_check_at")[:1]),
+                reason=f"step {step.key} is unknown; next lookup in {next_check_in:g} s",
             )
-            Task.objects.filter(pk=step.task_id, status=TaskStatus.RUNNING).update(
-                status=TaskStatus.WAITING
-            )
-        else:
-            entries.append(
-                entry(
-                    kind=EntryKind.TASK_FLAGGED,
-                    task_id=step.task_id,
-                    step_id=step.pk,
-                    reason=give_up_reason,
-                )
-            )
-            Task.objects.filter(pk=step.task_id).update(
-                status=TaskStatus.NEEDS_HUMAN, attention=give_up_reason
-            )
-        Entry.objects.bulk_create(entries)
+        elif give_up is not None:
+            code, why = give_up
+            task_flag(task_id=step.task_id, code=code, reason=why, step_id=step.pk)
     step.state = StepState.UNKNOWN
     step.lookups += 1 if count_round else 0

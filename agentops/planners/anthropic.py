@@ -10,6 +10,7 @@ returned with the decision, and the journal keeps it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import anthropic
@@ -25,9 +26,11 @@ from anthropic.types import (
 from django.conf import settings
 
 from agentops.planners.prompting import (
+    SDK_RETRIES,
     SYSTEM_PROMPT,
     PlannerError,
     goal_message,
+    planner_budget,
     step_failed,
     step_input,
     tool_descriptions,
@@ -43,7 +46,7 @@ def anthropic_client() -> anthropic.Anthropic:
         api_key=settings.ANTHROPIC_API_KEY or None,
         base_url=settings.ANTHROPIC_BASE_URL or None,
         timeout=settings.PLANNER_TIMEOUT_SECONDS,
-        max_retries=2,
+        max_retries=SDK_RETRIES,
     )
 
 
@@ -71,6 +74,10 @@ def anthropic_messages(facts: TaskFacts) -> list[MessageParam]:
 
 class AnthropicPlanner:
     """Implements ``journal.protocols.Planner`` with a Claude model."""
+
+    @property
+    def max_duration(self) -> timedelta:
+        return planner_budget()
 
     def __init__(
         self, tools: Mapping[str, SchemaTool], *, client: anthropic.Anthropic | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import openai
@@ -24,9 +25,11 @@ from openai.types.chat import (
 )
 
 from agentops.planners.prompting import (
+    SDK_RETRIES,
     SYSTEM_PROMPT,
     PlannerError,
     goal_message,
+    planner_budget,
     step_input,
     tool_call_id,
     tool_descriptions,
@@ -41,7 +44,7 @@ def openai_client() -> openai.OpenAI:
         api_key=settings.OPENAI_API_KEY or None,
         base_url=settings.OPENAI_BASE_URL or None,
         timeout=settings.PLANNER_TIMEOUT_SECONDS,
-        max_retries=2,
+        max_retries=SDK_RETRIES,
     )
 
 
@@ -74,6 +77,10 @@ def openai_messages(facts: TaskFacts) -> list[ChatCompletionMessageParam]:
 
 class OpenAIPlanner:
     """Implements ``journal.protocols.Planner`` with any Chat Completions model."""
+
+    @property
+    def max_duration(self) -> timedelta:
+        return planner_budget()
 
     def __init__(
         self, tools: Mapping[str, SchemaTool], *, client: openai.OpenAI | None = None

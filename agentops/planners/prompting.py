@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
+
+from django.conf import settings
 
 from agentops.tools.base import SchemaTool
 from journal.outcomes import StepState
@@ -28,11 +31,25 @@ Rules:
 decide again (for example with corrected arguments).
   - "status: unknown" means nobody knows yet whether it happened; the harness is checking. \
 Do not start another action of the same kind for the same object: never retry it yourself.
+- A result that says "refused" or "already done" is final: nothing was sent. Do what it \
+says instead (use the task's own values, or go on to the next step); never repeat it.
 - Call one tool at a time, and wait for its result before deciding the next step.
 - Use the exact references you are given (invoice numbers, customers, addresses); never \
 invent them. Amounts of money are integers in minor units (4900 means 49.00).
 - When the task is complete, or nothing more can be done, finish by answering without a \
 tool call, with a short summary of what was done and what was not."""
+
+
+# The SDKs' own retries of a model call (it has no side effect, so retrying is safe).
+SDK_RETRIES = 2
+# The SDKs back off between retries by at most this long (anthropic and openai: 8 s).
+SDK_MAX_BACKOFF_SECONDS = 8.0
+
+
+def planner_budget() -> timedelta:
+    """The longest one decision may take: every try timing out, and the backoffs between."""
+    seconds = settings.PLANNER_TIMEOUT_SECONDS * (1 + SDK_RETRIES)
+    return timedelta(seconds=seconds + SDK_MAX_BACKOFF_SECONDS * SDK_RETRIES)
 
 
 class PlannerError(Exception):

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from journal.outcomes import StepState
-from journal.protocols import Call, Decision, Finish, StepFact, TaskFacts
+from journal.protocols import Call, Decision, Finish, Refusal, StepFact, TaskFacts
 
 
 def _last(facts: TaskFacts, tool: str) -> StepFact | None:
@@ -34,8 +35,12 @@ def renewal(facts: TaskFacts) -> Decision:
                 "payment_method": r.get("payment_method", "pm_card_visa"),
             },
         )
+    if charge.refusal == Refusal.ALREADY_DONE:
+        return Finish(f"{r['invoice']} was already paid; not charging again")
     if charge.refused:
         return Finish(f"another charge for {r['invoice']} is in progress; not charging again")
+    if charge.refusal or charge.transient:
+        return Finish(f"{r['invoice']} not charged: {charge.detail}")
     email = _last(facts, "send_email")
     if email is None:
         paid = charge.state == StepState.DONE
@@ -52,6 +57,7 @@ def renewal(facts: TaskFacts) -> Decision:
                     "Please update your card."
                 ),
                 "reference": r["invoice"],
+                "purpose": "receipt" if paid else "payment_failed",
             },
         )
     outcome = "renewed" if charge.state == StepState.DONE else "not renewed"
@@ -87,6 +93,7 @@ def trip(facts: TaskFacts) -> Decision:
             "subject": f"Your trip {r['invoice']}",
             "body": f"Flight {r['flight']}, hotel {r['hotel']} from {r['check_in']}.",
             "reference": r["invoice"],
+            "purpose": "itinerary",
         },
     }
     for tool in TRIP:
@@ -96,20 +103,24 @@ def trip(facts: TaskFacts) -> Decision:
 
 
 def reminders(facts: TaskFacts) -> Decision:
-    """One reminder email per overdue invoice."""
-    sent = {s.args.get("reference") for s in facts.steps if s.tool == "send_email"}
+    """Reminder N (``reminder`` in each item, 1 by default) of each overdue invoice."""
+    tried = {s.args.get("reference") for s in facts.steps if s.tool == "send_email"}
     for item in facts.refs["invoices"]:
-        if item["invoice"] not in sent:
+        if item["invoice"] not in tried:
+            n = item.get("reminder", 1)
             return Call(
                 "send_email",
                 {
                     "to": item["email"],
-                    "subject": f"Reminder: invoice {item['invoice']} is overdue",
+                    "subject": f"Reminder {n}: invoice {item['invoice']} is overdue",
                     "body": f"Invoice {item['invoice']} is overdue. Please pay it.",
                     "reference": item["invoice"],
+                    "purpose": "reminder",
+                    "reminder": n,
                 },
             )
-    return Finish(f"{len(sent)} reminders sent")
+    sent = sum(1 for s in facts.steps if s.tool == "send_email" and s.state == StepState.DONE)
+    return Finish(f"{sent} of {len(facts.refs['invoices'])} reminders sent")
 
 
 PLAYBOOKS: Mapping[str, Callable[[TaskFacts], Decision]] = {
@@ -120,6 +131,8 @@ PLAYBOOKS: Mapping[str, Callable[[TaskFacts], Decision]] = {
 
 
 class ScriptedPlanner:
+    max_duration = timedelta(0)  # it answers at once
+
     def __init__(self) -> None:
         self.asked: Counter[tuple[str, int]] = Counter()
 

@@ -19,6 +19,11 @@ from urllib3.exceptions import NewConnectionError
 from journal.outcomes import Interrupted, NotSent, Observation, Outcome, Reply
 from journal.protocols import CostClass
 
+# Text that reaches a provider's headers (a subject) or a ledger: no control characters,
+# so nothing can smuggle a header line or hide in a log. A search for one anywhere, negated:
+# an anchored pattern would let a trailing newline through ($ matches before it).
+NO_CONTROL: dict[str, Any] = {"not": {"pattern": "[\\x00-\\x1f\\x7f]"}}
+
 # JSON Schema calls 49.0 an integer; for money it is not. "integer" here means an int.
 StrictValidator = validators.extend(  # type: ignore[no-untyped-call]
     Draft202012Validator,
@@ -26,6 +31,9 @@ StrictValidator = validators.extend(  # type: ignore[no-untyped-call]
         "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
     ),
 )
+
+
+FORMATS = Draft202012Validator.FORMAT_CHECKER
 
 
 class SchemaTool:
@@ -45,14 +53,28 @@ class SchemaTool:
         return float(settings.TOOL_TIMEOUTS.get(self.name, settings.TOOL_TIMEOUT_SECONDS))
 
     def validate(self, args: Mapping[str, Any]) -> list[str]:
-        validator = StrictValidator(self.schema)
+        validator = StrictValidator(self.schema, format_checker=FORMATS)
         return [
-            f"{'.'.join(str(p) for p in error.absolute_path) or 'arguments'}: {error.message}"
+            f"{'.'.join(str(p) for p in error.absolute_path) or 'arguments'}: "
+            + (
+                "must not contain control characters (line breaks, tabs, ...)"
+                if error.validator == "not" and error.absolute_path
+                else error.message
+            )
             for error in sorted(validator.iter_errors(dict(args)), key=lambda e: list(e.path))
         ]
 
     def guard(self, args: Mapping[str, Any]) -> str | None:
         return None
+
+    def once(self, args: Mapping[str, Any]) -> bool:
+        return False
+
+    @property
+    def requests_per_call(self) -> int:
+        """How many requests one call or one lookup may make in a row, each up to
+        ``timeout``: what the runner's lease must outlast (agentops/checks.py)."""
+        return 1
 
     def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
         raise NotImplementedError

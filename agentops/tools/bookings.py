@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from agentops.tools.base import SchemaTool, http_call
+from agentops.tools.base import NO_CONTROL, SchemaTool, http_call
 from journal.outcomes import Observation, Outcome, Reply
 
 
@@ -82,8 +82,8 @@ class HoldFlight(BookingTool):
     schema = {
         "type": "object",
         "properties": {
-            "flight": {"type": "string", "minLength": 2},
-            "passenger": {"type": "string", "minLength": 1},
+            "flight": {"type": "string", "minLength": 2, "maxLength": 20, **NO_CONTROL},
+            "passenger": {"type": "string", "minLength": 1, "maxLength": 200, **NO_CONTROL},
         },
         "required": ["flight", "passenger"],
         "additionalProperties": False,
@@ -94,6 +94,9 @@ class HoldFlight(BookingTool):
 
     def guard(self, args: Mapping[str, Any]) -> str | None:
         return f"flight:{args['flight']}:{args['passenger']}"
+
+    def once(self, args: Mapping[str, Any]) -> bool:
+        return True  # one seat per passenger and flight, until it is released
 
 
 class ReleaseFlight(BookingTool):
@@ -110,6 +113,12 @@ class ReleaseFlight(BookingTool):
     id_arg = "hold"
     done_status = "released"
 
+    def guard(self, args: Mapping[str, Any]) -> str | None:
+        return f"release:{args['hold']}"
+
+    def once(self, args: Mapping[str, Any]) -> bool:
+        return True
+
 
 class BookHotel(BookingTool):
     name = "book_hotel"
@@ -117,8 +126,8 @@ class BookHotel(BookingTool):
     schema = {
         "type": "object",
         "properties": {
-            "hotel": {"type": "string", "minLength": 1},
-            "guest": {"type": "string", "minLength": 1},
+            "hotel": {"type": "string", "minLength": 1, "maxLength": 200, **NO_CONTROL},
+            "guest": {"type": "string", "minLength": 1, "maxLength": 200, **NO_CONTROL},
             "check_in": {"type": "string", "format": "date"},
             "check_out": {"type": "string", "format": "date"},
         },
@@ -131,6 +140,9 @@ class BookHotel(BookingTool):
 
     def guard(self, args: Mapping[str, Any]) -> str | None:
         return f"hotel:{args['hotel']}:{args['guest']}:{args['check_in']}"
+
+    def once(self, args: Mapping[str, Any]) -> bool:
+        return True  # one room per guest, hotel and night, until it is cancelled
 
 
 class CancelHotel(BookingTool):
@@ -146,3 +158,9 @@ class CancelHotel(BookingTool):
     action = "cancel"
     id_arg = "booking"
     done_status = "cancelled"
+
+    def guard(self, args: Mapping[str, Any]) -> str | None:
+        return f"cancel:{args['booking']}"
+
+    def once(self, args: Mapping[str, Any]) -> bool:
+        return True

@@ -2,6 +2,10 @@
 
 Irreversible: there is no compensation, so sagas place it after every step that may fail.
 The step's key is the request's ``Idempotency-Key`` and lives in the ``Message-ID``.
+
+A message names its purpose and the business reference it is about; together they are the
+object it acts on, so a receipt for INV-2291, an itinerary, or reminder N of an invoice is
+sent once however its subject is worded, across tasks and retries.
 """
 
 from __future__ import annotations
@@ -12,8 +16,19 @@ from typing import Any
 
 from django.conf import settings
 
-from agentops.tools.base import SchemaTool, http_call
+from agentops.tools.base import NO_CONTROL, SchemaTool, http_call
 from journal.outcomes import Observation, Outcome, Reply
+
+# A message's purposes, as the model is told them.
+PURPOSES = {
+    "receipt": "confirms a payment (once per reference)",
+    "payment_failed": "says a payment did not go through",
+    "itinerary": "confirms a booked trip (once per reference)",
+    "reminder": "reminder number N that a reference is overdue (once per reference and N)",
+    "notice": "anything else about the reference",
+}
+ONCE_PURPOSES = frozenset({"receipt", "itinerary", "reminder"})
+EMAIL_PATTERN = "^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$"
 
 
 def message_id(key: str) -> str:
@@ -26,21 +41,48 @@ class SendEmail(SchemaTool):
     schema = {
         "type": "object",
         "properties": {
-            "to": {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$"},
-            "subject": {"type": "string", "minLength": 1, "maxLength": 200},
+            "to": {"type": "string", "maxLength": 254, "pattern": EMAIL_PATTERN, **NO_CONTROL},
+            "subject": {"type": "string", "minLength": 1, "maxLength": 200, **NO_CONTROL},
             "body": {"type": "string", "minLength": 1, "maxLength": 20000},
-            "reference": {"type": "string", "maxLength": 100},
+            "reference": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 100,
+                **NO_CONTROL,
+                "description": "The business reference the message is about (an invoice).",
+            },
+            "purpose": {
+                "enum": list(PURPOSES),
+                "description": "What the message is: "
+                + "; ".join(f"{k}: {v}" for k, v in PURPOSES.items()),
+            },
+            "reminder": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 100,
+                "description": "Which reminder of the reference this is (purpose reminder).",
+            },
         },
-        "required": ["to", "subject", "body"],
+        "required": ["to", "subject", "body", "reference", "purpose"],
         "additionalProperties": False,
     }
 
     def __init__(self) -> None:
         self.key_lifetime = timedelta(seconds=settings.MAIL_KEY_LIFETIME_SECONDS)
 
+    def validate(self, args: Mapping[str, Any]) -> list[str]:
+        problems = super().validate(args)
+        # Said in code, not with if/then in the schema: model APIs take plain schemas best.
+        if not problems and (args["purpose"] == "reminder") != ("reminder" in args):
+            problems.append("reminder: required when the purpose is reminder, and only then")
+        return problems
+
     def guard(self, args: Mapping[str, Any]) -> str | None:
-        # One message of a kind per business reference at a time (one receipt per invoice).
-        return f"email:{args['reference']}:{args['subject']}" if args.get("reference") else None
+        number = f":{args['reminder']}" if args["purpose"] == "reminder" else ""
+        return f"email:{args['purpose']}{number}:{args['reference']}"
+
+    def once(self, args: Mapping[str, Any]) -> bool:
+        return args["purpose"] in ONCE_PURPOSES
 
     def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
         seen = http_call(

@@ -15,7 +15,7 @@ from typing import Any
 import stripe
 from django.conf import settings
 
-from agentops.tools.base import SchemaTool, observe_exception
+from agentops.tools.base import NO_CONTROL, SchemaTool, observe_exception
 from journal.outcomes import Interrupted, Observation, Outcome, Reply
 
 KEY_FIELD = "agentops_key"
@@ -32,6 +32,20 @@ def stripe_client(*, timeout: float) -> stripe.StripeClient:
         max_network_retries=settings.STRIPE_MAX_NETWORK_RETRIES,
         http_client=stripe.RequestsClient(timeout=timeout),
     )
+
+
+class Budget:
+    """One lookup's time, shared by all its requests (search, then list pages): a lookup
+    takes at most its tool's timeout, so the runner's lease need only outlast that."""
+
+    def __init__(self, seconds: float) -> None:
+        self.ends = time.monotonic() + seconds
+
+    def client(self) -> stripe.StripeClient:
+        left = self.ends - time.monotonic()
+        if left <= 0:
+            raise LookupError("the lookup ran out of time before it could tell")
+        return stripe_client(timeout=left)
 
 
 def observe_stripe(exc: stripe.StripeError) -> Observation:
@@ -89,12 +103,12 @@ class ChargeCustomer(SchemaTool):
     schema = {
         "type": "object",
         "properties": {
-            "invoice": {"type": "string", "minLength": 1, "maxLength": 100},
+            "invoice": {"type": "string", "minLength": 1, "maxLength": 100, **NO_CONTROL},
             "amount": {"type": "integer", "minimum": 1, "maximum": 100_000_000},
             "currency": {"type": "string", "pattern": "^[a-z]{3}$"},
-            "payment_method": {"type": "string", "minLength": 1},
-            "customer": {"type": "string"},
-            "description": {"type": "string", "maxLength": 500},
+            "payment_method": {"type": "string", "minLength": 1, "maxLength": 200},
+            "customer": {"type": "string", "maxLength": 200},
+            "description": {"type": "string", "maxLength": 500, **NO_CONTROL},
         },
         "required": ["invoice", "amount", "currency", "payment_method"],
         "additionalProperties": False,
@@ -107,6 +121,14 @@ class ChargeCustomer(SchemaTool):
 
     def guard(self, args: Mapping[str, Any]) -> str | None:
         return f"charge:{args['invoice']}"
+
+    def once(self, args: Mapping[str, Any]) -> bool:
+        return True  # an invoice is paid once (again only after a full refund)
+
+    @property
+    def requests_per_call(self) -> int:
+        # The library may retry a call; a lookup's requests share one timeout (Budget).
+        return 1 + settings.STRIPE_MAX_NETWORK_RETRIES
 
     def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
         params: dict[str, Any] = {
@@ -136,14 +158,16 @@ class ChargeCustomer(SchemaTool):
         return Interrupted("PaymentNotFinished", outcome.detail)
 
     def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
-        client = stripe_client(timeout=self.timeout)
-        found = client.v1.payment_intents.search(
+        budget = Budget(self.timeout)
+        found = budget.client().v1.payment_intents.search(
             params={"query": f"metadata['{KEY_FIELD}']:'{key}'", "limit": 10}
         )
         intent = _find_by_key(found.data, key)
         if intent is None:
             # Search trails writes; the list endpoint does not. Scan recent intents.
-            intent = _scan(lambda after: client.v1.payment_intents.list(params=_page(after)), key)
+            intent = _scan(
+                lambda after: budget.client().v1.payment_intents.list(params=_page(after)), key
+            )
         return None if intent is None else intent_outcome(intent)
 
 
@@ -170,7 +194,10 @@ def _scan(fetch: Any, key: str) -> dict[str, Any] | None:
 
 class RefundCharge(SchemaTool):
     name = "refund_charge"
-    description = "Refund a payment (all of it, or an amount in integer minor units)."
+    description = (
+        "Refund a payment this task made, all of it (an amount, if given, must be the whole "
+        "payment's, in integer minor units)."
+    )
     schema = {
         "type": "object",
         "properties": {
@@ -188,6 +215,13 @@ class RefundCharge(SchemaTool):
     def guard(self, args: Mapping[str, Any]) -> str | None:
         return f"refund:{args['payment_intent']}"
 
+    def once(self, args: Mapping[str, Any]) -> bool:
+        return True  # the harness refunds a payment whole, once
+
+    @property
+    def requests_per_call(self) -> int:
+        return 1 + settings.STRIPE_MAX_NETWORK_RETRIES
+
     def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
         params: dict[str, Any] = {
             "payment_intent": args["payment_intent"],
@@ -203,12 +237,17 @@ class RefundCharge(SchemaTool):
             )
         except stripe.StripeError as exc:
             return observe_stripe(exc)
-        return Reply(200, evidence=refund_evidence(refund.to_dict()))
+        outcome = refund_outcome(refund.to_dict())
+        if outcome.state == "done":
+            return Reply(200, evidence=outcome.data["evidence"])
+        if outcome.state == "not_done":
+            return Reply(402, code="refund_failed", message=outcome.detail)
+        return Interrupted("RefundNotFinished", outcome.detail)
 
     def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
-        client = stripe_client(timeout=self.timeout)
+        budget = Budget(self.timeout)
         refund = _scan(
-            lambda after: client.v1.refunds.list(
+            lambda after: budget.client().v1.refunds.list(
                 params={
                     "payment_intent": args["payment_intent"],
                     "limit": 100,
@@ -217,17 +256,31 @@ class RefundCharge(SchemaTool):
             ),
             key,
         )
-        if refund is None:
-            return None
-        if refund.get("status") in ("succeeded", "pending"):
-            return Outcome.done(refund_evidence(refund))
-        return Outcome.not_done(f"refund {refund.get('id')} {refund.get('status')}")
+        return None if refund is None else refund_outcome(refund)
 
 
-def refund_evidence(refund: Mapping[str, Any]) -> dict[str, Any]:
-    return {
+def refund_outcome(refund: Mapping[str, Any]) -> Outcome:
+    """A refund's status in three states, the same for its reply, its lookup and its webhook.
+
+    ``pending`` (or ``requires_action``) is not done yet and may still fail: unknown, and
+    looked up again until it settles.
+    """
+    status = refund.get("status")
+    evidence = {
         "refund": refund.get("id"),
         "payment_intent": refund.get("payment_intent"),
         "amount": refund.get("amount"),
-        "status": refund.get("status"),
+        "currency": refund.get("currency"),
+        "status": status,
     }
+    if status == "succeeded":
+        return Outcome.done(evidence, f"refund {refund.get('id')} succeeded")
+    if status in ("failed", "canceled"):
+        reason = refund.get("failure_reason") or status
+        return Outcome.not_done(
+            f"refund {refund.get('id')} did not go through ({reason})", evidence=evidence
+        )
+    return Outcome.unknown(
+        f"refund {refund.get('id')} is {status}; the provider has not finished",
+        evidence=evidence,
+    )

@@ -49,6 +49,7 @@ def receipt(inv: str) -> Call:
             "subject": f"Receipt for {inv}",
             "body": "Thank you for your payment of 49.00.",
             "reference": inv,
+            "purpose": "receipt",
         },
     )
 

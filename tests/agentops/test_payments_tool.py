@@ -217,7 +217,7 @@ def test_the_six_second_charge_is_settled_by_the_signed_webhook(
     note = Entry.objects.get(step=step, kind=EntryKind.WEBHOOK_RECEIVED)
     assert note.data["type"] == "payment_intent.succeeded"
     # The task is runnable again, and its next run finishes without touching the provider.
-    assert Task.objects.get(pk=task.pk).status == "running"
+    assert Task.objects.get(pk=task.pk).status == "runnable"
     after = task_advance(
         task_id=task.pk, planner=ScriptedPlanner([]), tools=tool_registry(), policy=AT_ONCE
     )

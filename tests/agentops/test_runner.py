@@ -156,7 +156,9 @@ def test_a_second_charge_for_the_invoice_while_the_first_is_unknown_is_refused(
     assert refused.state == "not_done"
     text = task_facts(task=second).steps[0].result_text()
     assert f"refused: another charge_customer on {inv} is in flight or unknown" in text
-    assert "another charge for" in Step.objects.get(task=second, kind="finish").detail
+    finish = Step.objects.get(task=second, kind="finish")
+    assert "another charge for" in finish.outcome["planner_summary"]
+    assert finish.detail.startswith("1 refused. Refused: charge_customer for")
     assert payments_sandbox.client.ledger(key=refused.key) == []
     first = finished(first)
     assert effects(first, payments_sandbox, mail_sandbox) == {"charge_customer": 1, "send_email": 1}

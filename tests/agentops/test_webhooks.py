@@ -16,9 +16,10 @@ from agentops.models import WebhookEvent
 from journal.leases import lease_acquire
 from journal.models import Entry, EntryKind, Step, Task
 from journal.outcomes import Outcome
+from journal.protocols import Call
 from journal.record import step_record, task_create
 from journal.settle import step_settle
-from tests.journal.support import ChargeTool, Provider, charge, invoice
+from tests.journal.support import ChargeTool, Provider, invoice
 
 SECRET = "whsec_test_" + "s" * 24
 pytestmark = [pytest.mark.usefixtures("committed")]
@@ -31,16 +32,30 @@ def sign(payload: bytes, *, secret: str = SECRET, at: int | None = None) -> str:
     return f"t={t},v1={mac}"
 
 
-def event(kind: str, key: str, *, status: str, event_id: str | None = None) -> bytes:
+def event(
+    kind: str,
+    step: Step | str,
+    *,
+    status: str,
+    event_id: str | None = None,
+    **change: Any,
+) -> bytes:
+    """A PaymentIntent event about ``step`` (matching its frozen arguments unless changed)."""
+    args = step.args if isinstance(step, Step) else {"invoice": "INV-1", "amount": 4900}
     intent: dict[str, Any] = {
         "id": f"pi_{secrets.token_hex(6)}",
         "object": "payment_intent",
-        "amount": 4900,
-        "currency": "usd",
+        "amount": args.get("amount", 4900),
+        "currency": args.get("currency", "usd"),
         "status": status,
         "latest_charge": "ch_1" if status == "succeeded" else None,
-        "metadata": {"agentops_key": key, "invoice": "INV-1"},
+        "metadata": {
+            "agentops_key": step.key if isinstance(step, Step) else step,
+            "invoice": args.get("invoice"),
+        },
         "last_payment_error": None if status == "succeeded" else {"code": "card_declined"},
+        "client_secret": f"pi_secret_{secrets.token_hex(8)}",
+        **change,
     }
     body = {
         "id": event_id or f"evt_{secrets.token_hex(8)}",
@@ -63,19 +78,21 @@ def post(payload: bytes, signature: str) -> Any:
     )
 
 
-def pending_step() -> Step:
+def pending_step(tool: str = "charge_customer", **args: Any) -> Step:
+    """A charge in flight, as the runner leaves it while it waits for the provider."""
     task = task_create(kind="renewal", goal="charge")
     lease = lease_acquire(task_id=task.pk, owner="webhook-test")
     assert lease is not None
+    decision = Call(tool, {"invoice": invoice(), "amount": 4900, "currency": "usd", **args})
     return step_record(
-        lease=lease, decision=charge(invoice()), tools={"charge": ChargeTool(Provider())}
+        lease=lease, decision=decision, tools={tool: ChargeTool(Provider(), name=tool)}
     )
 
 
 @override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
 def test_a_genuine_success_event_settles_the_step_done() -> None:
     step = pending_step()
-    payload = event("payment_intent.succeeded", step.key, status="succeeded")
+    payload = event("payment_intent.succeeded", step, status="succeeded")
     response = post(payload, sign(payload))
     assert response.status_code == 200, response.content
     step.refresh_from_db()
@@ -88,7 +105,7 @@ def test_a_genuine_success_event_settles_the_step_done() -> None:
 @override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
 def test_a_failed_payment_event_settles_the_step_not_done() -> None:
     step = pending_step()
-    payload = event("payment_intent.payment_failed", step.key, status="requires_payment_method")
+    payload = event("payment_intent.payment_failed", step, status="requires_payment_method")
     assert post(payload, sign(payload)).status_code == 200
     step.refresh_from_db()
     assert step.state == "not_done" and "card_declined" in step.detail
@@ -97,7 +114,7 @@ def test_a_failed_payment_event_settles_the_step_not_done() -> None:
 @override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
 def test_a_duplicate_event_is_acknowledged_and_changes_nothing() -> None:
     step = pending_step()
-    payload = event("payment_intent.succeeded", step.key, status="succeeded")
+    payload = event("payment_intent.succeeded", step, status="succeeded")
     assert post(payload, sign(payload)).json()["duplicate"] is False
     entries = Entry.objects.filter(task_id=step.task_id).count()
     again = post(payload, sign(payload))
@@ -109,7 +126,7 @@ def test_a_duplicate_event_is_acknowledged_and_changes_nothing() -> None:
 def test_done_never_moves_back_on_a_late_contradicting_event() -> None:
     step = pending_step()
     step_settle(step_id=step.pk, outcome=Outcome.done({"payment_intent": "pi_x"}), via="lookup")
-    payload = event("payment_intent.payment_failed", step.key, status="requires_payment_method")
+    payload = event("payment_intent.payment_failed", step, status="requires_payment_method")
     assert post(payload, sign(payload)).status_code == 200
     step.refresh_from_db()
     assert step.state == "done"
@@ -130,7 +147,7 @@ def test_done_never_moves_back_on_a_late_contradicting_event() -> None:
 @override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
 def test_forged_or_stale_events_are_refused_and_change_nothing(forge: Any) -> None:
     step = pending_step()
-    payload = event("payment_intent.succeeded", step.key, status="succeeded")
+    payload = event("payment_intent.succeeded", step, status="succeeded")
     response = post(payload, forge(payload))
     assert response.status_code == 400
     step.refresh_from_db()

@@ -16,8 +16,8 @@ import django_rq
 import pytest
 from django.db import connection
 
-from journal.models import Task, TaskStatus
-from journal.record import task_flag
+from journal.models import Attention, Task
+from journal.status import ADVANCING, task_flag
 from tests.agentops.sandboxed import sandbox_settings
 from tests.sandbox.fixtures import SandboxHandle
 
@@ -47,10 +47,8 @@ def quiet_world() -> Any:
     """
     redis = django_rq.get_connection("default")
     redis.flushdb()
-    for task_id in Task.objects.filter(
-        status__in=[TaskStatus.RUNNING, TaskStatus.WAITING]
-    ).values_list("pk", flat=True):
-        task_flag(lease=None, task_id=task_id, reason="parked by the test suite")
+    for task_id in Task.objects.filter(status__in=ADVANCING).values_list("pk", flat=True):
+        task_flag(task_id=task_id, code=Attention.PARKED, reason="parked by the test suite")
     return redis
 
 

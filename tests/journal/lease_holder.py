@@ -1,7 +1,9 @@
 """A runner in its own process, for the lease tests: ``python -m tests.journal.lease_holder``.
 
-Takes the lease of the task named on the command line and says so; then, on the word
-``write`` from its parent, tries to record a step under that lease and says what happened.
+Says ``ready`` once Django is set up, then obeys its parent line by line: ``acquire S``
+takes the lease of the task named on the command line for S seconds and says ``acquired N``
+(the token) or ``busy``; ``write`` records a step under that lease and says ``wrote N`` or
+``lease_lost``. Start-up time never eats into a lease: nothing is acquired before ``ready``.
 """
 
 from __future__ import annotations
@@ -16,17 +18,21 @@ import django
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings_test")
     django.setup()
-    from journal.leases import LeaseLost, lease_acquire
+    from journal.leases import Lease, LeaseLost, lease_acquire
     from journal.record import step_record
     from tests.journal.support import ChargeTool, Provider, charge, invoice
 
-    task_id, seconds = uuid.UUID(sys.argv[1]), float(sys.argv[2])
-    lease = lease_acquire(task_id=task_id, owner=f"process-{os.getpid()}", seconds=seconds)
-    print(f"acquired {lease.token}" if lease else "busy", flush=True)
-    if lease is None:
-        return
+    task_id = uuid.UUID(sys.argv[1])
+    lease: Lease | None = None
+    print("ready", flush=True)
     for line in sys.stdin:
-        if line.strip() == "write":
+        command, _, argument = line.strip().partition(" ")
+        if command == "acquire":
+            lease = lease_acquire(
+                task_id=task_id, owner=f"process-{os.getpid()}", seconds=float(argument)
+            )
+            print(f"acquired {lease.token}" if lease else "busy", flush=True)
+        elif command == "write" and lease is not None:
             try:
                 step = step_record(
                     lease=lease,
@@ -37,7 +43,6 @@ def main() -> None:
                 print("lease_lost", flush=True)
             else:
                 print(f"wrote {step.n}", flush=True)
-            return
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ class ChargeTool:
     lookups: list[str] = field(default_factory=list)
     lookup_default: str = "ok"
     on_call: Any = None
+    once_per_object: bool = False
 
     def validate(self, args: Mapping[str, Any]) -> list[str]:
         problems = []
@@ -110,6 +111,9 @@ class ChargeTool:
 
     def guard(self, args: Mapping[str, Any]) -> str | None:
         return f"{self.name}:{args['invoice']}"
+
+    def once(self, args: Mapping[str, Any]) -> bool:
+        return self.once_per_object
 
     def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
         behaviour = self.script.pop(0) if self.script else "ok"
@@ -153,6 +157,7 @@ class ScriptedPlanner:
     decisions: Sequence[Decision]
     asked: list[TaskFacts] = field(default_factory=list)
     rephrase: bool = False
+    max_duration: timedelta = timedelta(0)
 
     def decide(self, facts: TaskFacts) -> Decision:
         self.asked.append(facts)

@@ -38,11 +38,12 @@ def test_an_effect_step_costs_two_transactions_of_three_statements() -> None:
         "INSERT",
         "COMMIT",
     ]
-    # After: fence, settle the step and wake its task (one statement), insert the entries.
+    # After: fence (which also reads the task's status: a running task needs no waking),
+    # settle the step, insert the entries.
     assert _shape([q["sql"] for q in after.captured_queries]) == [
         "BEGIN",
         "UPDATE",
-        "WITH",
+        "UPDATE",
         "INSERT",
         "COMMIT",
     ]

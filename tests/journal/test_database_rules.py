@@ -106,7 +106,7 @@ def test_a_duplicate_report_changes_nothing() -> None:
     entries = Entry.objects.filter(task_id=step.task_id).count()
     assert not step_settle(step_id=step.pk, outcome=Outcome.done({"id": "pi_1"}), via="webhook")
     assert Entry.objects.filter(task_id=step.task_id).count() == entries
-    assert Step.objects.get(pk=step.pk).task.status == "running"
+    assert Step.objects.get(pk=step.pk).task.status == "runnable"
 
 
 def test_unknown_task_id_is_not_a_step() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,12 +27,12 @@ def _database_url() -> str:
 
 
 class Runner:
-    """A lease holder in another process, driven line by line."""
+    """A lease holder in another process, driven line by line (tests/journal/lease_holder)."""
 
-    def __init__(self, task: Task, seconds: float) -> None:
+    def __init__(self, task: Task) -> None:
         env = {**os.environ, "DATABASE_URL": _database_url()}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.journal.lease_holder", str(task.pk), str(seconds)],
+            [sys.executable, "-m", "tests.journal.lease_holder", str(task.pk)],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
@@ -45,9 +44,9 @@ class Runner:
         assert self.proc.stdout is not None
         return self.proc.stdout.readline().strip()
 
-    def write(self) -> str:
+    def tell(self, command: str) -> str:
         assert self.proc.stdin is not None
-        self.proc.stdin.write("write\n")
+        self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
         return self.said()
 
@@ -65,41 +64,41 @@ def runners() -> Iterator[list[Runner]]:
         r.close()
 
 
-def _wait_until_expired(task: Task, deadline: float = 10.0) -> None:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT lease_expires_at <= now() FROM journal_task WHERE id = %s", [task.pk]
-            )
-            if cursor.fetchone()[0]:
-                return
-        time.sleep(0.05)
-    raise AssertionError("the lease never expired")
+def _ready(task: Task, count: int, runners: list[Runner]) -> list[Runner]:
+    started = [Runner(task) for _ in range(count)]
+    runners.extend(started)
+    assert [r.said() for r in started] == ["ready"] * count  # start-up done before any lease
+    return started
+
+
+def _time_passes_for_the_lease(task: Task) -> None:
+    """The holder stalls (a GC pause, a slow provider) past its lease: as the database judges
+    time, its lease has run out. Moved by the test rather than waited for, so that no load on
+    the machine can make a lease outlive or undercut the test's steps."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE journal_task SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+            [task.pk],
+        )
 
 
 def test_a_stale_holder_cannot_write_after_another_process_took_the_lease(
     runners: list[Runner],
 ) -> None:
     task = task_create(kind="renewal", goal="charge")
-    first = Runner(task, seconds=0.5)
-    runners.append(first)
-    assert first.said() == "acquired 1"
+    first, second, third = _ready(task, 3, runners)
+    assert first.tell("acquire 30") == "acquired 1"
 
     # While the first holder's lease lives, nobody else gets it.
-    second = Runner(task, seconds=30)
-    runners.append(second)
-    assert second.said() == "busy"
+    assert second.tell("acquire 30") == "busy"
 
-    # The first holder stalls (a GC pause, a slow provider) past its lease...
-    _wait_until_expired(task)
-    third = Runner(task, seconds=30)
-    runners.append(third)
-    assert third.said() == "acquired 2"
-    assert third.write() == "wrote 1"
+    # The first holder stalls past its lease...
+    _time_passes_for_the_lease(task)
+    assert third.tell("acquire 30") == "acquired 2"
+    assert third.tell("write") == "wrote 1"
 
     # ... and when it wakes up, the journal refuses its write.
-    assert first.write() == "lease_lost"
+    assert first.tell("write") == "lease_lost"
     assert Step.objects.filter(task=task).count() == 1
     task.refresh_from_db()
     assert task.lease_token == 2 and task.step_count == 1
@@ -107,19 +106,22 @@ def test_a_stale_holder_cannot_write_after_another_process_took_the_lease(
 
 def test_only_one_of_many_processes_racing_for_a_lease_gets_it(runners: list[Runner]) -> None:
     task = task_create(kind="renewal", goal="charge")
-    racers = [Runner(task, seconds=30) for _ in range(4)]
-    runners.extend(racers)
+    racers = _ready(task, 4, runners)
+    for racer in racers:  # all asked before any answer is read: they race in the database
+        assert racer.proc.stdin is not None
+        racer.proc.stdin.write("acquire 30\n")
+        racer.proc.stdin.flush()
     said = sorted(r.said() for r in racers)
     assert said == ["acquired 1", "busy", "busy", "busy"]
 
 
 def test_the_same_holder_can_be_fenced_in_process_too() -> None:
     task = task_create(kind="renewal", goal="charge")
-    old = lease_acquire(task_id=task.pk, owner="old", seconds=0.01)
+    old = lease_acquire(task_id=task.pk, owner="old", seconds=30)
     assert old is not None
-    _wait_until_expired(task)
+    _time_passes_for_the_lease(task)
     new = lease_acquire(task_id=task.pk, owner="new")
     assert new is not None and new.token == old.token + 1
     with pytest.raises(LeaseLost):
         fence(old)
-    assert fence(new) == 0
+    assert fence(new).step_count == 0

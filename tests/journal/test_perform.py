@@ -170,7 +170,9 @@ def test_finishing_is_recorded_as_a_decision() -> None:
     task.refresh_from_db()
     assert task.status == "finished"
     finish = Step.objects.get(task=task)
-    assert finish.kind == "finish" and finish.detail == "all done"
+    # What the task says it did is the journal's account; the planner's words are kept apart.
+    assert finish.kind == "finish" and finish.detail == "Nothing was done: no step was decided."
+    assert finish.outcome["planner_summary"] == "all done"
     assert Entry.objects.filter(task=task, kind=EntryKind.TASK_FINISHED).exists()
     # Finished is final: a later runner records nothing more.
     assert task_advance(task_id=task.pk, planner=ScriptedPlanner([]), tools={}).stopped == (

@@ -41,6 +41,7 @@ def receipt_args(inv: str) -> dict[str, Any]:
         "subject": f"Receipt for {inv}",
         "body": f"Thank you: we received your payment of 49.00 for {inv}.",
         "reference": inv,
+        "purpose": "receipt",
     }
 
 

@@ -66,10 +66,10 @@ def test_a_renewal_completes_with_the_tool_results_sent_back(
         "send_email",
         "done",
     )
-    assert (
-        finish.kind == "finish"
-        and finish.detail == f"Charged 49.00 for {inv} and emailed the receipt."
-    )
+    # The model's own words are kept; the task's summary is the journal's account.
+    assert finish.kind == "finish"
+    assert finish.outcome["planner_summary"] == f"Charged 49.00 for {inv} and emailed the receipt."
+    assert finish.detail.startswith(f"2 done. Done: charge_customer for {inv} (charge ch_")
     # Exactly one effect of each in the providers' ledgers.
     [intent] = payments_sandbox.client.ledger(key=charge.key, operation="payment_intents.create")
     assert len(mail_sandbox.client.ledger(key=email.key)) == 1
@@ -128,7 +128,9 @@ def test_a_renewal_completes_with_the_tool_results_sent_back(
     assert email_use["content"][0]["input"] == receipt_args(inv)
     [email_block] = email_result["content"]
     assert email_block["tool_use_id"] == tool_use_id(email.key)
-    assert email_block["content"].startswith(f"status: done — send_email for {inv}:Receipt")
+    assert email_block["content"].startswith(
+        "status: done — send_email for receipt:" + inv + " happened"
+    )
 
 
 def test_an_unknown_step_is_sent_as_unknown_not_as_an_error(fake_model: FakeModelServer) -> None:
@@ -236,7 +238,9 @@ def test_an_unknown_tool_is_recorded_as_a_rejected_decision_with_its_raw_respons
     assert not Entry.objects.filter(step=rejected, kind=EntryKind.ATTEMPT_STARTED).exists()
     [block] = fake_model.bodies[1]["messages"][2]["content"]
     assert block["is_error"] is True
-    assert block["content"].startswith("status: not_done — wire_money did not happen: unknown tool")
+    assert block["content"].startswith(
+        "status: not_done — wire_money was not started: unknown tool"
+    )
     assert payments_sandbox.client.ledger(reference=rejected.key) == []
 
 

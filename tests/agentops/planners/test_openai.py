@@ -65,7 +65,8 @@ def test_a_renewal_completes_with_the_tool_results_sent_back(
         ("charge_customer", "done"),
         ("send_email", "done"),
     ]
-    assert finish.detail == f"Charged 49.00 for {inv} and emailed the receipt."
+    assert finish.outcome["planner_summary"] == f"Charged 49.00 for {inv} and emailed the receipt."
+    assert finish.detail.startswith(f"2 done. Done: charge_customer for {inv} (charge ch_")
     [intent] = payments_sandbox.client.ledger(key=charge.key, operation="payment_intents.create")
     assert len(mail_sandbox.client.ledger(key=email.key)) == 1
     assert [charge.decision, email.decision, finish.decision] == script
@@ -118,7 +119,9 @@ def test_a_renewal_completes_with_the_tool_results_sent_back(
     [sent] = email_call["tool_calls"]
     assert sent["id"] == email_result["tool_call_id"] == tool_call_id(email.key)
     assert json.loads(sent["function"]["arguments"]) == receipt_args(inv)
-    assert email_result["content"].startswith(f"status: done — send_email for {inv}:Receipt")
+    assert email_result["content"].startswith(
+        "status: done — send_email for receipt:" + inv + " happened"
+    )
 
 
 def test_an_unknown_step_is_sent_as_unknown(fake_model: FakeModelServer) -> None:
@@ -220,7 +223,7 @@ def test_unparseable_arguments_are_a_rejected_decision_and_nothing_is_sent(
     assert json.loads(call["tool_calls"][0]["function"]["arguments"]) == {"_unparseable": broken}
     assert result["tool_call_id"] == call["tool_calls"][0]["id"] == tool_call_id(rejected.key)
     assert result["content"].startswith(
-        "status: not_done — charge_customer did not happen: invalid arguments: "
+        "status: not_done — charge_customer was not started: invalid arguments: "
     )
     assert result["content"].endswith("; safe to decide again")
 

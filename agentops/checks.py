@@ -1,0 +1,38 @@
+"""System checks: settings that would let two runners advance one task, refused at start.
+
+A runner's lease must outlast the longest thing it does without writing to the journal: one
+tool call or lookup (each request up to the tool's timeout, times the requests it may make
+in a row). Otherwise a slow provider hands the task to a second runner mid-call — safe,
+because keys and fencing hold, but wasteful and confusing. A planner's call is covered
+differently: the runner stretches its lease by the planner's budget before asking
+(journal.run), so only tools are checked here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, register
+
+
+@register()
+def lease_outlasts_tool_calls(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    from agentops.tools import tool_registry
+
+    lease = float(settings.JOURNAL_LEASE_SECONDS)
+    errors: list[CheckMessage] = []
+    for tool in tool_registry().values():
+        longest = tool.timeout * tool.requests_per_call
+        if longest >= lease:
+            errors.append(
+                Error(
+                    f"JOURNAL_LEASE_SECONDS ({lease:g}) is not longer than the longest call or "
+                    f"lookup of {tool.name} ({tool.requests_per_call} request(s) of up to "
+                    f"{tool.timeout:g} s = {longest:g} s)",
+                    hint="Raise JOURNAL_LEASE_SECONDS, or lower TOOL_TIMEOUT_SECONDS / "
+                    "TOOL_TIMEOUTS for that tool.",
+                    id="agentops.E001",
+                )
+            )
+    return errors

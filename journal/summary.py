@@ -1,0 +1,78 @@
+"""What a task says it did, built from the journal's facts (docs/design.md §8).
+
+A planner's own account ("4 reminders sent") is kept for the record but never shown as the
+truth: the summary a task finishes with is written here, from its steps' states and
+evidence, so it cannot disagree with the journal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from journal.outcomes import StepState
+from journal.protocols import StepFact
+
+
+def _label(step: StepFact) -> str:
+    return step.tool + (f" for {step.guard.split(':', 1)[-1]}" if step.guard else "")
+
+
+# The identifiers that best name an effect, in order: what a person would look up.
+EVIDENCE_NAMES = ("charge", "refund", "payment_intent", "message", "id", "reference")
+
+
+def evidence_label(evidence: Mapping[str, Any]) -> str:
+    """``charge ch_…``: the most telling identifier in a step's evidence."""
+    for name in EVIDENCE_NAMES:
+        if evidence.get(name):
+            return f"{name} {evidence[name]}"
+    return "no evidence recorded"
+
+
+def superseded(steps: Sequence[StepFact]) -> set[int]:
+    """Steps a later harness retry took over (same tool and arguments, one retry further)."""
+    taken: set[int] = set()
+    for later in steps:
+        if later.retries == 0:
+            continue
+        earlier = next(
+            (
+                s
+                for s in reversed(steps)
+                if s.n < later.n
+                and s.tool == later.tool
+                and s.args == later.args
+                and s.retries == later.retries - 1
+            ),
+            None,
+        )
+        if earlier is not None:
+            taken.add(earlier.n)
+    return taken
+
+
+def task_summary(steps: Sequence[StepFact]) -> str:
+    """``2 done, 1 not done. Done: …. Not done: ….`` — every decided call, in four groups."""
+    if not steps:
+        return "Nothing was done: no step was decided."
+    groups: dict[str, list[str]] = {"done": [], "not done": [], "unknown": [], "refused": []}
+    skip = superseded(steps)
+    for step in steps:
+        if step.n in skip:
+            continue
+        label = _label(step)
+        if step.state == StepState.DONE:
+            undone = ", since undone" if step.offset else ""
+            groups["done"].append(f"{label} ({evidence_label(step.evidence)}{undone})")
+        elif step.state == StepState.NOT_DONE and step.refusal:
+            groups["refused"].append(f"{label} — {step.detail}")
+        elif step.state == StepState.NOT_DONE:
+            groups["not done"].append(f"{label} — {step.detail}")
+        else:
+            groups["unknown"].append(f"{label} — being checked (reference {step.key})")
+    counts = ", ".join(f"{len(items)} {name}" for name, items in groups.items() if items)
+    details = " ".join(
+        f"{name.capitalize()}: {'; '.join(items)}." for name, items in groups.items() if items
+    )
+    return f"{counts}. {details}"
