@@ -34,16 +34,17 @@ from journal.protocols import Bound, Refusal, Refused, StepFact, TaskFacts
 GOAL_MAX_CHARS = 2000
 REFS_MAX_BYTES = 16 * 1024
 
-INVOICE = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._/-]{0,63}$"}
+# Anchored patterns let one trailing newline through ($ matches before it): NO_CONTROL too.
+INVOICE = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._/-]{0,63}$", **NO_CONTROL}
 EMAIL = {"type": "string", "maxLength": 254, "pattern": EMAIL_PATTERN, **NO_CONTROL}
 CURRENCIES = ("usd", "eur", "gbp")
 CURRENCY = {"enum": list(CURRENCIES)}
 AMOUNT = {"type": "integer", "minimum": 1}
-PAYMENT_METHOD = {"type": "string", "pattern": "^pm_[A-Za-z0-9_]{1,100}$"}
-CUSTOMER = {"type": "string", "pattern": "^cus_[A-Za-z0-9]{1,100}$"}
+PAYMENT_METHOD = {"type": "string", "pattern": "^pm_[A-Za-z0-9_]{1,100}$", **NO_CONTROL}
+CUSTOMER = {"type": "string", "pattern": "^cus_[A-Za-z0-9]{1,100}$", **NO_CONTROL}
 NAME = {"type": "string", "minLength": 1, "maxLength": 200, **NO_CONTROL}
 DATE = {"type": "string", "format": "date"}
-FLIGHT = {"type": "string", "pattern": "^[A-Z0-9]{2,8}$"}
+FLIGHT = {"type": "string", "pattern": "^[A-Z0-9]{2,8}$", **NO_CONTROL}
 
 DEFAULT_CURRENCY = "usd"
 DEFAULT_PAYMENT_METHOD = "pm_card_visa"

@@ -114,11 +114,14 @@ def task_run(*, task_id: UUID) -> Advance:
     return result
 
 
-def task_resume(*, task_id: UUID, actor: str, reason: str) -> None:
-    """A person lets a task that needs a human go on (journal.operator), then it is rung."""
+def task_resume(*, task_id: UUID, actor: str, reason: str) -> TaskStatus:
+    """A person lets a task that needs a human go on (journal.operator); if it can advance,
+    it is rung for. Returns its status now."""
     with transaction.atomic():
-        journal_task_resume(task_id=task_id, actor=actor, reason=reason)
-        transaction.on_commit(lambda: task_ring(task_id=task_id))
+        status = journal_task_resume(task_id=task_id, actor=actor, reason=reason)
+        if status == TaskStatus.RUNNABLE:
+            transaction.on_commit(lambda: task_ring(task_id=task_id))
+    return status
 
 
 def task_cancel(*, task_id: UUID, actor: str, reason: str) -> None:

@@ -71,7 +71,9 @@ def _amount(obj: Mapping[str, Any]) -> int:
 
 
 def _metadata(obj: Mapping[str, Any]) -> dict[str, str]:
-    metadata = obj.get("metadata") or {}
+    metadata = obj.get("metadata")
+    if metadata is None:
+        return {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise WebhookRejected("malformed event: metadata is not an object of texts")
     return metadata

@@ -35,7 +35,21 @@ TASK_CONSTRAINTS = (GUARD_CONSTRAINT, ONCE_CONSTRAINT, UNDO_CONSTRAINT)
 
 def _json(value: Any) -> Any:
     # Freeze exactly what will be stored, so every attempt sends what the journal holds.
-    return json.loads(json.dumps(value))
+    frozen = json.loads(json.dumps(value))
+    if _has_nul(frozen):
+        # PostgreSQL's jsonb cannot hold it: refuse it here, as invalid, not as a crash.
+        raise ValueError("a text contains a control character (NUL) that cannot be stored")
+    return frozen
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def task_create(

@@ -22,7 +22,7 @@ from journal.protocols import CostClass
 # Text that reaches a provider's headers (a subject) or a ledger: no control characters,
 # so nothing can smuggle a header line or hide in a log. A search for one anywhere, negated:
 # an anchored pattern would let a trailing newline through ($ matches before it).
-NO_CONTROL: dict[str, Any] = {"not": {"pattern": "[\\x00-\\x1f\\x7f]"}}
+NO_CONTROL: dict[str, Any] = {"not": {"type": "string", "pattern": "[\\x00-\\x1f\\x7f]"}}
 
 # JSON Schema calls 49.0 an integer; for money it is not. "integer" here means an int.
 StrictValidator = validators.extend(  # type: ignore[no-untyped-call]

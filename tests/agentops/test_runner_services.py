@@ -61,6 +61,11 @@ def test_start_task_records_the_task_and_rings_once_committed(world: Any) -> Non
         (["teleport", "--goal", "x"], "unknown task kind 'teleport'"),
         (["renewal", "--goal", "x", "--refs", "{oops"], "--refs is not JSON"),
         (["renewal", "--goal", "x", "--refs", "[1]"], "--refs must be a JSON object"),
+        (
+            ["renewal", "--goal", "x", "--refs", '{"invoice": 5}'],
+            "the task was not started: refs: 'amount' is a required property; .*"
+            "refs.invoice: 5 is not of type 'string'",
+        ),
     ],
 )
 def test_start_task_refuses_bad_input_and_records_nothing(

@@ -10,14 +10,16 @@ import time
 from typing import Any
 
 import pytest
+from django.db import OperationalError
 from django.test import Client, override_settings
 
 from agentops.models import WebhookEvent
-from journal.leases import lease_acquire
+from agentops.runner import task_resume
+from journal.leases import lease_acquire, lease_release
 from journal.models import Entry, EntryKind, Step, Task
 from journal.outcomes import Outcome
-from journal.protocols import Call
-from journal.record import step_record, task_create
+from journal.protocols import Call, Finish
+from journal.record import step_record, task_create, task_finish
 from journal.settle import step_settle
 from tests.journal.support import ChargeTool, Provider, invoice
 
@@ -84,9 +86,11 @@ def pending_step(tool: str = "charge_customer", **args: Any) -> Step:
     lease = lease_acquire(task_id=task.pk, owner="webhook-test")
     assert lease is not None
     decision = Call(tool, {"invoice": invoice(), "amount": 4900, "currency": "usd", **args})
-    return step_record(
+    step = step_record(
         lease=lease, decision=decision, tools={tool: ChargeTool(Provider(), name=tool)}
     )
+    lease_release(lease)  # its runner waits for the provider, or died: the step stays open
+    return step
 
 
 @override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
@@ -179,3 +183,190 @@ def test_events_for_effects_agentops_did_not_make_are_stored_and_ignored() -> No
 
 def test_only_post_is_allowed() -> None:
     assert Client().get("/webhooks/stripe").status_code == 405
+
+
+# --- Events prove what they settle (issue 7) -------------------------------------------------
+
+
+def _conflicted(step: Step) -> None:
+    """The step was left as it was; the task shows a conflict needing a human."""
+    fresh = Step.objects.select_related("task").get(pk=step.pk)
+    assert fresh.state == step.state
+    assert fresh.task.status == "needs_human" and fresh.task.attention_code == "conflict"
+    assert Entry.objects.filter(step=step, kind=EntryKind.CONFLICT).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        ({"amount": 99999}, "amount 99999 is not the step's 4900"),
+        ({"currency": "eur"}, "currency 'eur' is not the step's 'usd'"),
+        ({"metadata": None}, "ignored"),  # no key: not ours, nothing to match
+    ],
+)
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_signed_event_that_does_not_match_its_step_is_a_conflict_not_a_settlement(
+    change: dict[str, Any], complaint: str
+) -> None:
+    step = pending_step()
+    payload = event("payment_intent.succeeded", step, status="succeeded", **change)
+    response = post(payload, sign(payload))
+    assert response.status_code == 200 and complaint in response.json()["result"]
+    if complaint == "ignored":
+        assert Step.objects.get(pk=step.pk).state == "pending"
+        return
+    _conflicted(step)
+
+
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_an_event_for_another_invoice_is_a_conflict() -> None:
+    step = pending_step()
+    body = json.loads(event("payment_intent.succeeded", step, status="succeeded"))
+    body["data"]["object"]["metadata"]["invoice"] = "INV-SOMEONE-ELSE"
+    payload = json.dumps(body).encode()
+    assert "invoice 'INV-SOMEONE-ELSE'" in post(payload, sign(payload)).json()["result"]
+    _conflicted(step)
+
+
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_payment_event_naming_an_email_step_is_a_conflict() -> None:
+    step = pending_step("send_email")
+    payload = event("payment_intent.succeeded", step, status="succeeded")
+    result = post(payload, sign(payload)).json()["result"]
+    assert "names a send_email step, not a charge_customer step" in result
+    _conflicted(step)
+
+
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_conflict_on_a_finished_task_hands_it_to_a_human() -> None:
+    step = pending_step()
+    step_settle(step_id=step.pk, outcome=Outcome.done({"payment_intent": "pi_x"}), via="lookup")
+    lease = lease_acquire(task_id=step.task_id, owner="finisher")
+    assert lease is not None
+    task_finish(lease=lease, decision=Finish("done"), summary="1 done.")
+    payload = event("payment_intent.succeeded", step, status="succeeded", amount=1)
+    assert post(payload, sign(payload)).status_code == 200
+    task = Task.objects.get(pk=step.task_id)
+    assert task.status == "needs_human" and task.attention_code == "conflict"
+    # An operator who checked it lets it be finished again (recorded with who and why).
+    assert task_resume(task_id=task.pk, actor="ops@example.com", reason="checked") == "finished"
+
+
+def refund_event(step: Step, *, status: str, **change: Any) -> bytes:
+    refund = {
+        "id": f"re_{secrets.token_hex(6)}",
+        "object": "refund",
+        "payment_intent": step.args.get("payment_intent"),
+        "amount": step.args.get("amount", 4900),
+        "currency": "usd",
+        "status": status,
+        "metadata": {"agentops_key": step.key},
+        **change,
+    }
+    charge = {
+        "id": f"ch_{secrets.token_hex(6)}",
+        "object": "charge",
+        "payment_intent": refund["payment_intent"],
+        "amount": 4900,
+        "refunds": {"object": "list", "data": [refund]},
+    }
+    body = {
+        "id": f"evt_{secrets.token_hex(8)}",
+        "object": "event",
+        "type": "charge.refunded",
+        "created": int(time.time()),
+        "data": {"object": charge},
+    }
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        ("succeeded", "done"),
+        ("failed", "not_done"),
+        ("pending", "pending"),
+        ("canceled", "not_done"),
+    ],
+)
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_refund_statuses_map_to_three_states_as_the_lookup_maps_them(
+    status: str, state: str
+) -> None:
+    step = pending_step("refund_charge", payment_intent=f"pi_{secrets.token_hex(6)}")
+    payload = refund_event(step, status=status)
+    assert post(payload, sign(payload)).status_code == 200
+    assert Step.objects.get(pk=step.pk).state == state
+
+
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_refund_event_for_another_payment_is_a_conflict() -> None:
+    step = pending_step("refund_charge", payment_intent="pi_mine")
+    payload = refund_event(step, status="succeeded", payment_intent="pi_theirs")
+    assert "payment_intent 'pi_theirs'" in post(payload, sign(payload)).json()["result"]
+    _conflicted(step)
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        pytest.param(lambda b: b.pop("data"), id="no-data"),
+        pytest.param(lambda b: b.update(data="oops"), id="data-not-an-object"),
+        pytest.param(lambda b: b["data"].update(object=[1]), id="object-not-an-object"),
+        pytest.param(lambda b: b["data"]["object"].update(amount="4900"), id="amount-a-text"),
+        pytest.param(lambda b: b["data"]["object"].update(metadata=[]), id="metadata-a-list"),
+        pytest.param(lambda b: b["data"]["object"].pop("id"), id="no-object-id"),
+    ],
+)
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_well_signed_but_malformed_event_is_a_400_and_changes_nothing(spoil: Any) -> None:
+    step = pending_step()
+    body = json.loads(event("payment_intent.succeeded", step, status="succeeded"))
+    spoil(body)
+    payload = json.dumps(body).encode()
+    response = post(payload, sign(payload))
+    assert response.status_code == 400 and "malformed event" in response.json()["error"]
+    assert not WebhookEvent.objects.filter(id=body["id"]).exists()
+    assert Step.objects.get(pk=step.pk).state == "pending"
+    assert not Entry.objects.filter(step=step, kind=EntryKind.WEBHOOK_RECEIVED).exists()
+
+
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_failure_while_applying_is_a_500_and_the_redelivery_applies_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import agentops.webhooks
+    import journal.settle
+
+    step = pending_step()
+    payload = event("payment_intent.succeeded", step, status="succeeded")
+    real_settle = journal.settle.step_settle
+
+    def broken(**kwargs: Any) -> bool:
+        raise OperationalError("the database went away mid-event")
+
+    monkeypatch.setattr(agentops.webhooks, "step_settle", broken)
+    response = Client(raise_request_exception=False).post(
+        "/webhooks/stripe",
+        data=payload,
+        content_type="application/json",
+        headers={"Stripe-Signature": sign(payload)},
+    )
+    assert response.status_code == 500
+    assert not WebhookEvent.objects.filter(id=json.loads(payload)["id"]).exists()
+    assert Step.objects.get(pk=step.pk).state == "pending"
+
+    monkeypatch.setattr(agentops.webhooks, "step_settle", real_settle)
+    redelivered = post(payload, sign(payload))
+    assert redelivered.status_code == 200 and redelivered.json()["duplicate"] is False
+    assert Step.objects.get(pk=step.pk).state == "done"
+
+
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_only_what_the_journal_needs_is_stored_never_the_client_secret() -> None:
+    step = pending_step()
+    payload = event("payment_intent.succeeded", step, status="succeeded")
+    assert post(payload, sign(payload)).status_code == 200
+    stored = WebhookEvent.objects.get(id=json.loads(payload)["id"])
+    assert stored.facts["key"] == step.key and stored.facts["amount"] == 4900
+    assert "client_secret" not in json.dumps(stored.facts)

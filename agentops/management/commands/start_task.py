@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentops.kinds import UnknownKind
+from agentops.kinds import TaskRefused, UnknownKind
 from agentops.runner import task_start
 
 
@@ -15,7 +15,7 @@ class Command(BaseCommand):
     help = "Record a task and enqueue its runner."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("kind", help="renewal, trip or reminders")
+        parser.add_argument("kind", help="renewal, trip or reminders (agentops/kinds.py)")
         parser.add_argument("--goal", required=True)
         parser.add_argument("--refs", default="{}", help="business references, as JSON")
 
@@ -30,4 +30,6 @@ class Command(BaseCommand):
             task = task_start(kind=options["kind"], goal=options["goal"], refs=refs, actor="cli")
         except UnknownKind as exc:
             raise CommandError(str(exc)) from exc
+        except TaskRefused as exc:
+            raise CommandError("the task was not started: " + "; ".join(exc.problems)) from exc
         self.stdout.write(str(task.pk))
