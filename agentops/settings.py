@@ -85,7 +85,7 @@ TEMPLATES = [
     },
 ]
 
-# PostgreSQL is the single source of truth (DESIGN §4); nothing else is supported.
+# PostgreSQL is the single source of truth (docs/design.md §4); nothing else is supported.
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if not DATABASE_URL:
     raise ImproperlyConfigured(
@@ -96,7 +96,7 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("agentops needs PostgreSQL (its journal relies on triggers)")
 
-# Redis is only a doorbell: losing it loses no work (DESIGN §4).
+# Redis is only a doorbell: losing it loses no work (docs/design.md §4).
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 RQ_QUEUES = {
     # Jobs carry ids only, as JSON: never pickle.

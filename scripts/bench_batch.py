@@ -100,6 +100,7 @@ def main() -> int:
     django.setup()
     from agentops.runner import task_start
     from journal.models import Step, Task
+    from journal.status import FINAL
     from sandbox.client import SandboxClient
 
     worker_argv = [
@@ -126,7 +127,7 @@ def main() -> int:
                 ).pk
                 for i in range(options.tasks)
             ]
-            while Task.objects.filter(pk__in=tasks).exclude(status="finished").exists():
+            while Task.objects.filter(pk__in=tasks).exclude(status__in=FINAL).exists():
                 if time.perf_counter() - began > 600:
                     raise SystemExit("the batch did not finish within 10 minutes")
                 time.sleep(0.05)

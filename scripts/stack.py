@@ -42,7 +42,7 @@ PG_SYSTEM_USER = "agentops-pg"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 # RQ's warm shutdown lets the current job finish; past this we kill it, a crash the journal
-# is designed to survive (DESIGN §2: an interrupted step is "unknown", not redone blindly).
+# is designed to survive (docs/design.md §2: an interrupted step is "unknown", not redone blindly).
 WORKER_STOP_TIMEOUT = 15.0
 POLL_INTERVAL = 0.05
 

@@ -1,9 +1,9 @@
 """What both model adapters say the same way: the rules, the goal, the ids of earlier steps.
 
 The conversation a planner sends is rebuilt every time from the journal's facts
-(``journal.protocols.TaskFacts``), never from the model's own memory (DESIGN §4): the goal
+(``journal.protocols.TaskFacts``), never from the model's own memory (docs/design.md §4): the goal
 and references, then one tool call and one tool result per earlier step, in order. The
-result is the three-state text of ``StepFact.result_text`` (DESIGN §8).
+result is the three-state text of ``StepFact.result_text`` (docs/design.md §8).
 """
 
 from __future__ import annotations

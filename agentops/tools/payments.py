@@ -49,7 +49,7 @@ class Budget:
 
 
 def observe_stripe(exc: stripe.StripeError) -> Observation:
-    """What a failed stripe call saw, for the journal to classify (DESIGN §2)."""
+    """What a failed stripe call saw, for the journal to classify (docs/design.md §2)."""
     if isinstance(exc, stripe.APIConnectionError):
         seen = observe_exception(exc)
         if settings.STRIPE_MAX_NETWORK_RETRIES > 0 and not isinstance(seen, Interrupted):

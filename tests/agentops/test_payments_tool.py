@@ -1,6 +1,6 @@
 """charge_customer with the real stripe library over HTTP, against the sandbox, per fault.
 
-Each case asserts the step's outcome as DESIGN §2 prescribes and the provider's ledger:
+Each case asserts the step's outcome as docs/design.md §2 prescribes and the provider's ledger:
 exactly one PaymentIntent per step key (none when the request provably never arrived).
 Time is shrunk, not faked: the client gives up after 0.3 s, a slow provider takes 0.6 s.
 """

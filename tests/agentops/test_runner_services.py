@@ -16,11 +16,12 @@ from agentops.kinds import tools_for
 from agentops.planners.scripted import ScriptedPlanner as Playbooks
 from agentops.runner import RANG_KEY, task_run, task_start, tasks_sweep
 from journal.leases import lease_acquire
-from journal.models import Entry, EntryKind, Step, Task
+from journal.models import Attention, Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from journal.protocols import Call, StepFact, TaskFacts
 from journal.record import task_create
 from journal.run import task_advance
+from journal.status import task_flag
 from tests.agentops.test_webhooks import SECRET, event, pending_step, post, sign
 from tests.agentops.workers import quiet_world
 from tests.journal.support import ScriptedPlanner, invoice
@@ -242,3 +243,24 @@ def test_a_webhook_that_settles_a_waiting_step_rings_for_its_task(world: Any) ->
         assert post(payload, sign(payload)).status_code == 200
     assert queued_task_ids() == [str(task.pk)]
     assert Entry.objects.filter(step=step, kind=EntryKind.WEBHOOK_RECEIVED).exists()
+
+
+def test_an_operator_resumes_or_cancels_a_flagged_task_from_the_command_line(
+    world: Any,
+) -> None:
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs())
+    world.flushdb()
+    task_flag(task_id=task.pk, code=Attention.PARKED, reason="set aside")
+    out = io.StringIO()
+    call_command(
+        "resume_task", str(task.pk), "--by", "ops@example.com", "--reason", "checked", stdout=out
+    )
+    assert out.getvalue().strip() == f"task {task.pk} is runnable now"
+    assert queued_task_ids() == [str(task.pk)]  # rung for once the resume was committed
+    task_flag(task_id=task.pk, code=Attention.PARKED, reason="again")
+    call_command("cancel_task", str(task.pk), "--by", "ops@example.com", "--reason", "withdrawn")
+    assert Task.objects.get(pk=task.pk).status == "cancelled"
+    with pytest.raises(CommandError, match="is cancelled; only a task that needs a human"):
+        call_command("cancel_task", str(task.pk), "--by", "ops", "--reason", "again")
+    with pytest.raises(CommandError, match="no such task"):
+        call_command("resume_task", "not-a-task", "--by", "ops", "--reason", "x")

@@ -4,7 +4,7 @@ The provider behaves as an idempotent payments API: it remembers each key (with 
 arguments and its first response) for ``key_lifetime``, replays the first response to a
 retry with the same key, and refuses the same key with other arguments. Its ledger is the
 ground truth of the effects it really performed. The tool can be told, call by call, to
-misbehave in each way DESIGN §2 lists.
+misbehave in each way docs/design.md §2 lists.
 """
 
 from __future__ import annotations

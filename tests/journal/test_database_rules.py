@@ -1,4 +1,4 @@
-"""What PostgreSQL itself refuses, whatever the code does (DESIGN §4)."""
+"""What PostgreSQL itself refuses, whatever the code does (docs/design.md §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Guards in the database (DESIGN §6): one live effect per business object."""
+"""Guards in the database (docs/design.md §6): one live effect per business object."""
 
 from __future__ import annotations
 

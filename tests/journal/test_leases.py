@@ -1,4 +1,4 @@
-"""One runner per task (DESIGN §11), across real processes."""
+"""One runner per task (docs/design.md §11), across real processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DESIGN §2, row by row: what a call saw → its outcome. Pure: no database."""
+"""docs/design.md §2, row by row: what a call saw → its outcome. Pure: no database."""
 
 from __future__ import annotations
 

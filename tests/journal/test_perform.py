@@ -128,7 +128,7 @@ def test_a_crash_between_record_and_settle_leaves_a_step_with_no_outcome() -> No
 
 
 def test_resume_rereads_the_decision_instead_of_asking_the_planner_again() -> None:
-    """DESIGN §4: a planner that rephrases (4900 → "49.00") is never asked twice."""
+    """docs/design.md §4: a planner that rephrases (4900 → "49.00") is never asked twice."""
     task = _new_task()
     inv = invoice()
     planner = ScriptedPlanner([charge(inv, 4900)], rephrase=True)

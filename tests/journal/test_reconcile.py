@@ -1,4 +1,4 @@
-"""Reconcile before retry (DESIGN §5): look up by key, retry only with a live key."""
+"""Reconcile before retry (docs/design.md §5): look up by key, retry only with a live key."""
 
 from __future__ import annotations
 

@@ -144,3 +144,31 @@ def test_a_run_that_ends_cleanly_clears_the_count() -> None:
         cursor.execute("UPDATE journal_task SET lease_expires_at = now() WHERE id = %s", [task.pk])
     task_advance(task_id=task.pk, planner=ScriptedPlanner([Finish("ok")]), tools={})
     assert Task.objects.get(pk=task.pk).failed_runs == 0
+
+
+class Slow:
+    """A planner whose worst case is long (a model with retries): the runner's lease must
+    cover it while it thinks."""
+
+    def __init__(self) -> None:
+        from datetime import timedelta
+
+        self.max_duration = timedelta(seconds=120)
+        self.lease_left: float | None = None
+
+    def decide(self, facts: TaskFacts) -> Decision:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT extract(epoch FROM lease_expires_at - now()) FROM journal_task "
+                "WHERE id = %s",
+                [facts.task_id],
+            )
+            self.lease_left = float(cursor.fetchone()[0])
+        return Finish("thought about it")
+
+
+def test_the_lease_is_stretched_to_cover_the_planners_worst_case() -> None:
+    task = task_create(kind="renewal", goal="think")
+    planner = Slow()
+    task_advance(task_id=task.pk, planner=planner, tools={})
+    assert planner.lease_left is not None and planner.lease_left > 120

@@ -1,0 +1,79 @@
+"""Task kinds: limits per currency, and settings refused at start (agentops/kinds.py, checks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from agentops.checks import lease_outlasts_tool_calls
+from agentops.kinds import KindRules, kind_get
+from journal.outcomes import StepState
+from journal.protocols import Bound, Refused, StepFact, TaskFacts
+
+
+def facts(*charges: tuple[int, str, StepState, bool]) -> TaskFacts:
+    return TaskFacts(
+        task_id="t",
+        kind="trip",
+        goal="g",
+        refs={},
+        steps=[
+            StepFact(
+                n=i + 1,
+                tool="charge_customer",
+                args={"invoice": f"I-{i}", "amount": amount, "currency": currency},
+                state=state,
+                detail="",
+                key=f"k{i}",
+                offset=undone,
+            )
+            for i, (amount, currency, state, undone) in enumerate(charges)
+        ],
+    )
+
+
+def check(rules: KindRules, amount: int, currency: str, history: TaskFacts) -> Any:
+    return rules._within_cap({"amount": amount, "currency": currency}, history)
+
+
+def test_the_money_cap_is_per_currency_and_counts_what_may_have_been_charged() -> None:
+    rules = KindRules(kind_get("trip"), refs={})
+    cap = kind_get("trip").money_caps["usd"]
+    history = facts(
+        (cap - 100, "usd", StepState.DONE, False),
+        (cap, "eur", StepState.UNKNOWN, False),  # may have happened: it counts, in euros
+        (cap, "usd", StepState.NOT_DONE, False),  # certainly did not: it does not count
+        (cap, "gbp", StepState.DONE, True),  # refunded: it does not count
+    )
+    assert isinstance(check(rules, 100, "usd", history), Bound)
+    over = check(rules, 101, "usd", history)
+    assert isinstance(over, Refused) and over.code == "limit"
+    assert f"may still charge in usd (100 of its limit of {cap})" in over.reason
+    assert isinstance(check(rules, 1, "eur", history), Refused)
+    assert isinstance(check(rules, cap, "gbp", history), Bound)
+    unknown = check(rules, 1, "jpy", history)
+    assert isinstance(unknown, Refused) and "may not charge in jpy" in unknown.reason
+
+
+def test_a_lease_shorter_than_a_tool_call_is_refused_at_start() -> None:
+    with override_settings(JOURNAL_LEASE_SECONDS=60, TOOL_TIMEOUT_SECONDS=5):
+        assert lease_outlasts_tool_calls() == []
+    with override_settings(
+        JOURNAL_LEASE_SECONDS=60, TOOL_TIMEOUT_SECONDS=5, TOOL_TIMEOUTS={"charge_customer": 61}
+    ):
+        [error] = lease_outlasts_tool_calls()
+        assert error.id == "agentops.E001" and "charge_customer" in error.msg
+        with pytest.raises(SystemCheckError, match="agentops.E001"):
+            call_command("check")
+    with override_settings(
+        JOURNAL_LEASE_SECONDS=10, TOOL_TIMEOUT_SECONDS=4, STRIPE_MAX_NETWORK_RETRIES=2
+    ):
+        # The stripe library's own retries make one call up to three requests long.
+        assert {e.msg.split(" of ")[1].split(" ")[0] for e in lease_outlasts_tool_calls()} == {
+            "charge_customer",
+            "refund_charge",
+        }
