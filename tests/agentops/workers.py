@@ -112,6 +112,8 @@ def fleet(
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("AGENTOPS_CHAOS_KILL", None)
+    # Workers run as the app's own role, like production: no owner credentials.
+    env.pop("DATABASE_OWNER_URL", None)
     fleet = Fleet(env, logs=tmp_path)
     yield fleet
     fleet.stop()
