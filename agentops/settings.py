@@ -117,9 +117,14 @@ RQ_QUEUES = {
 RQ = {
     # Jobs are enqueued only once the transaction that decided them has committed.
     "COMMIT_MODE": "on_db_commit",
-    # One process runs job after job (no fork per job): see README, "Workers".
-    "WORKER_CLASS": "rq.worker.SimpleWorker",
+    # One process runs job after job (no fork per job): see README, "Workers". It runs only
+    # agentops' own jobs, read as JSON (agentops/workers.py).
+    "WORKER_CLASS": "agentops.workers.AgentopsWorker",
+    "JOB_CLASS": "agentops.workers.AgentopsJob",
 }
+# django-rq's pages in the admin check only is_staff; ours are at /django-rq/ behind a
+# permission (agentops/urls.py).
+RQ_SHOW_ADMIN_LINK = False
 
 # Running tasks (agentops/runner.py).
 PLANNER = os.environ.get("PLANNER", "scripted")  # scripted | anthropic | openai

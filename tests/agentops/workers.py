@@ -26,8 +26,6 @@ WORKER = [
     "rqworker",
     "default",
     "--with-scheduler",
-    "--worker-class",
-    "rq.worker.SimpleWorker",
     "--serializer",
     "rq.serializers.JSONSerializer",
 ]
