@@ -29,10 +29,28 @@ def _env_float(name: str, default: float) -> float:
 
 DEBUG = _env_bool("DJANGO_DEBUG", False)
 
+
+def _weak_secret(key: str) -> str:
+    """Why `key` is too weak to sign sessions and CSRF tokens with (Django's own bar)."""
+    if len(key) < 50:
+        return f"it has {len(key)} characters, fewer than 50"
+    if len(set(key)) < 5:
+        return "it has fewer than 5 distinct characters"
+    if key.startswith("django-insecure-"):
+        return "it is a key Django generated for development"
+    return ""
+
+
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG:
+if not DEBUG:
+    if not SECRET_KEY:
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off")
+    if weakness := _weak_secret(SECRET_KEY):
+        raise ImproperlyConfigured(
+            f"DJANGO_SECRET_KEY is too weak: {weakness}. Generate one with "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`"
+        )
+elif not SECRET_KEY:
     SECRET_KEY = "insecure-development-key-only-for-debug-runs"  # noqa: S105
 
 ALLOWED_HOSTS = [
@@ -57,7 +75,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a load balancer's probe is answered before host checks and HTTPS redirects.
+    "agentops.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files from the app itself (the admin's CSS), compressed and cached forever.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -195,20 +217,43 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
+# `manage.py collectstatic` (make run does it) fills this; WhiteNoise serves it.
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", "") or BASE_DIR / "var" / "staticfiles")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+
+# Error pages (DEBUG) and error reports leave out every credential-bearing setting, local
+# variable and request header: connection URLs carry passwords (agentops/errors.py).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "agentops.errors.CredentialFilter"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "admin:login"
 
-if not DEBUG:
+# A client's X-Forwarded-Proto is believed only when an operator says a proxy is in front
+# (one that sets the header itself and drops what clients send). The gunicorn settings
+# (agentops/gunicorn_conf.py) read the same variable.
+BEHIND_PROXY = _env_bool("DJANGO_BEHIND_PROXY", False)
+if BEHIND_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Off only for `make run`, which serves plain HTTP on this machine's loopback.
+HTTPS = _env_bool("DJANGO_HTTPS", True)
+LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]"}
+if not DEBUG and HTTPS:
     # Production: `manage.py check --deploy` is clean with these.
     SECURE_SSL_REDIRECT = _env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+elif not DEBUG and not set(ALLOWED_HOSTS) <= LOOPBACK_HOSTS:
+    raise ImproperlyConfigured(
+        "DJANGO_HTTPS=0 serves plain HTTP and is allowed only for loopback hosts "
+        f"({', '.join(sorted(LOOPBACK_HOSTS))}), not DJANGO_ALLOWED_HOSTS={ALLOWED_HOSTS}"
+    )
 
 LOGGING = {
     "version": 1,

