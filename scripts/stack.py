@@ -958,6 +958,10 @@ SANDBOXES = (
 )
 
 
+# What a sandbox process inherits from our environment.
+SANDBOX_ENVIRONMENT = frozenset({"PATH", "LANG", "LC_ALL", "TZ", "PYTHONUNBUFFERED", "VIRTUAL_ENV"})
+
+
 def _start_sandboxes(
     env: dict[str, str], web_port: int, cleanup: contextlib.ExitStack
 ) -> list[tuple[str, subprocess.Popen[bytes]]]:
@@ -972,17 +976,16 @@ def _start_sandboxes(
         _require_free_port(port, port_var)
         argv = [sys.executable, "-m", module, "--port", str(port)]
         url = f"http://{HOST}:{port}"
+        # A stand-in for a third party gets nothing of ours but what it needs: no database
+        # or Redis credentials, no secret key.
+        sandbox_env = {k: v for k, v in env.items() if k in SANDBOX_ENVIRONMENT}
         if name == "payments":
-            # Signed with a secret made for this run: the sandbox and the app both get it.
+            # Signed with a secret made for this run: the sandbox and the app both get it,
+            # through their environments.
             secret = "whsec_" + secrets.token_hex(24)
-            argv += [
-                "--webhook-url",
-                f"http://{HOST}:{web_port}/webhooks/stripe",
-                "--webhook-secret",
-                secret,
-                "--search-lag",
-                "2",
-            ]
+            sandbox_env["SANDBOX_WEBHOOK_SECRET"] = secret
+            argv += ["--webhook-url", f"http://{HOST}:{web_port}/webhooks/stripe"]
+            argv += ["--search-lag", "2"]
             env.update(
                 STRIPE_API_KEY="sk_test_agentops_sandbox",
                 STRIPE_API_BASE=url,
@@ -991,7 +994,7 @@ def _start_sandboxes(
             )
         else:
             env[configured] = url
-        child = Child(name, argv, env, stop_timeout=STOP_TIMEOUT)
+        child = Child(name, argv, sandbox_env, stop_timeout=STOP_TIMEOUT)
         cleanup.callback(child.stop)
         proc = child.start()
         _wait_for_port(f"{name} sandbox", port, proc)
