@@ -7,6 +7,7 @@ which points DATABASE_URL and REDIS_URL at the embedded servers it starts.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -70,8 +71,16 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_rq",
+    # Counts failed logins and locks the address out for a while (LOGIN_FAILURE_LIMIT).
+    "axes",
     "journal",
     "agentops",
+]
+
+AUTHENTICATION_BACKENDS = [
+    # First, so a locked-out address is refused before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 MIDDLEWARE = [
@@ -87,6 +96,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes requires: turns a lockout into its 429 response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -227,6 +238,15 @@ STORAGES = {
 # Error pages (DEBUG) and error reports leave out every credential-bearing setting, local
 # variable and request header: connection URLs carry passwords (agentops/errors.py).
 DEFAULT_EXCEPTION_REPORTER_FILTER = "agentops.errors.CredentialFilter"
+
+# Login throttling (django-axes): after LOGIN_FAILURE_LIMIT failed logins from one address,
+# that address may not log in for LOGIN_LOCKOUT_MINUTES (a success resets the count). The
+# address is the peer's, or with DJANGO_BEHIND_PROXY what the proxy saw (agentops/access.py).
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=_env_float("LOGIN_LOCKOUT_MINUTES", 15.0))
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_CLIENT_IP_CALLABLE = "agentops.access.client_ip"
+AXES_RESET_ON_SUCCESS = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "admin:login"
