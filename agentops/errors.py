@@ -28,7 +28,8 @@ class CredentialFilter(SafeExceptionReporterFilter):
 
     def cleanse_setting(self, key: Any, value: Any) -> Any:
         cleansed = super().cleanse_setting(key, value)
-        if isinstance(cleansed, str) and CREDENTIAL_IN_VALUE.search(cleansed):
+        # str(): lazy settings (django-axes) pass for strings but the regex wants a real one.
+        if isinstance(cleansed, str) and CREDENTIAL_IN_VALUE.search(str(cleansed)):
             return self.cleansed_substitute
         return cleansed
 
