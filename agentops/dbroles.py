@@ -24,6 +24,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 OWNER_ALIAS = "owner"
@@ -203,7 +204,8 @@ def app_privileges_sync(*, connection: BaseDatabaseWrapper, app_role: str) -> in
     """
     tables = _table_columns(connection)
     _checked(tables)
-    with connection.cursor() as cursor:
+    # One transaction: a running app never sees the moment between REVOKE and GRANT.
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         for statement in app_privileges_sql(connection, app_role=app_role, tables=tables):
             cursor.execute(statement)
     return len(tables)

@@ -840,6 +840,9 @@ class Redis:
     def start(self) -> subprocess.Popen[bytes]:
         _private_dir(self.data)
         self.run_as.own(self.data)
+        for kept in self.data.iterdir():
+            if kept.is_file():
+                os.chmod(kept, 0o600)  # an append-only file an older run left world-readable
         pidfile = self.data / "redis.pid"
         leftover = _leftover(pidfile, self.data, comm="redis-server")
         if leftover is not None:
@@ -1103,7 +1106,7 @@ def cmd_run() -> int:
             _stop_leftover_app(name)
         # Other users may pass through var/ (not list it) only when the servers run as one.
         _private_dir(VAR, traversable=_server_identity().uid is not None)
-        for private in ("log", "run", "secrets"):
+        for private in ("log", "run", "secrets", "staticfiles"):
             _private_dir(VAR / private)
         if not env.get("DJANGO_SECRET_KEY"):
             # Made once and kept, so sessions survive a restart.
