@@ -1233,11 +1233,14 @@ def _run_foreground(cmd: Sequence[str], env: dict[str, str]) -> int:
 
 def _sweep_abandoned_test_dirs() -> None:
     """Remove what `test` runs killed with SIGKILL left behind, servers included."""
-    for root in VAR.glob("test-*"):
+    private_runtimes = Path(tempfile.gettempdir()).glob("agentops-test-*-*")
+    for root in [*VAR.glob("test-*"), *private_runtimes]:
         try:
-            owner = int(root.name.removeprefix("test-"))
-        except ValueError:
+            owner = int(root.name.split("-")[-2 if root.parent != VAR else -1])
+        except (ValueError, IndexError):
             continue
+        if root.is_symlink() or (root.parent != VAR and root.stat().st_uid != os.geteuid()):
+            continue  # not one we made
         if owner == os.getpid() or _alive(owner):
             continue
         leftover_pg = _leftover(root / "pg" / "postmaster.pid", root / "pg", comm="postgres")
