@@ -19,7 +19,6 @@ refs) is a trigger: ``agentops/migrations/0002_journal_frozen_facts.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -209,8 +208,3 @@ def app_privileges_sync(*, connection: BaseDatabaseWrapper, app_role: str) -> in
         for statement in app_privileges_sql(connection, app_role=app_role, tables=tables):
             cursor.execute(statement)
     return len(tables)
-
-
-def updatable_columns(table: str) -> Sequence[str]:
-    """The columns of ``table`` the app role may UPDATE (for tests and docs)."""
-    return APP_COLUMNS[table].updatable
