@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class AgentopsConfig(AppConfig):
@@ -9,3 +12,28 @@ class AgentopsConfig(AppConfig):
 
     def ready(self) -> None:
         from agentops import checks  # noqa: F401 - registers the system checks
+
+        # Privileges follow the schema: after every migrate, not in one migration, because
+        # every later migration may add a table or a column.
+        post_migrate.connect(_app_privileges_after_migrate, sender=self)
+
+
+def _app_privileges_after_migrate(*, using: str, verbosity: int = 1, **kwargs: Any) -> None:
+    from django.conf import settings
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    from agentops.dbroles import app_privileges_sync
+
+    app_role = settings.DATABASES[DEFAULT_DB_ALIAS].get("USER") or ""
+    migrating_role = connections[using].settings_dict.get("USER") or ""
+    if not app_role or app_role == migrating_role:
+        if verbosity:
+            print(
+                "agentops: the app connects as the role that owns its tables, so the database "
+                "cannot hold the journal's rules against it; set DATABASE_OWNER_URL (README, "
+                "Security model)"
+            )
+        return
+    tables = app_privileges_sync(connection=connections[using], app_role=app_role)
+    if verbosity:
+        print(f"agentops: privileges of role {app_role!r} synced on {tables} tables")

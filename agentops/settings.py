@@ -7,6 +7,7 @@ which points DATABASE_URL and REDIS_URL at the embedded servers it starts.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -29,10 +30,28 @@ def _env_float(name: str, default: float) -> float:
 
 DEBUG = _env_bool("DJANGO_DEBUG", False)
 
+
+def _weak_secret(key: str) -> str:
+    """Why `key` is too weak to sign sessions and CSRF tokens with (Django's own bar)."""
+    if len(key) < 50:
+        return f"it has {len(key)} characters, fewer than 50"
+    if len(set(key)) < 5:
+        return "it has fewer than 5 distinct characters"
+    if key.startswith("django-insecure-"):
+        return "it is a key Django generated for development"
+    return ""
+
+
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG:
+if not DEBUG:
+    if not SECRET_KEY:
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off")
+    if weakness := _weak_secret(SECRET_KEY):
+        raise ImproperlyConfigured(
+            f"DJANGO_SECRET_KEY is too weak: {weakness}. Generate one with "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`"
+        )
+elif not SECRET_KEY:
     SECRET_KEY = "insecure-development-key-only-for-debug-runs"  # noqa: S105
 
 ALLOWED_HOSTS = [
@@ -52,12 +71,24 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_rq",
+    # Counts failed logins and locks the address out for a while (LOGIN_FAILURE_LIMIT).
+    "axes",
     "journal",
     "agentops",
 ]
 
+AUTHENTICATION_BACKENDS = [
+    # First, so a locked-out address is refused before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+
 MIDDLEWARE = [
+    # First: a load balancer's probe is answered before host checks and HTTPS redirects.
+    "agentops.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files from the app itself (the admin's CSS), compressed and cached forever.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -65,6 +96,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes requires: turns a lockout into its 429 response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -93,8 +126,16 @@ if not DATABASE_URL:
         "set it for you; to use your own server, export DATABASE_URL=postgres://user:pass@host/db"
     )
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
-if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-    raise ImproperlyConfigured("agentops needs PostgreSQL (its journal relies on triggers)")
+# The role that owns the tables and runs migrations (agentops/dbroles.py). Give it only to
+# `manage.py migrate`: the web server and the workers connect as DATABASE_URL's role, which
+# owns nothing and may change only what the journal's transitions need.
+DATABASE_OWNER_URL = os.environ.get("DATABASE_OWNER_URL", "")
+if DATABASE_OWNER_URL:
+    DATABASES["owner"] = dj_database_url.parse(DATABASE_OWNER_URL, conn_max_age=0)
+DATABASE_ROUTERS = ["agentops.dbroles.MigrationRouter"]
+for _alias, _db in DATABASES.items():
+    if _db["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("agentops needs PostgreSQL (its journal relies on triggers)")
 
 # Redis is only a doorbell: losing it loses no work (docs/design.md §4).
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -109,9 +150,14 @@ RQ_QUEUES = {
 RQ = {
     # Jobs are enqueued only once the transaction that decided them has committed.
     "COMMIT_MODE": "on_db_commit",
-    # One process runs job after job (no fork per job): see README, "Workers".
-    "WORKER_CLASS": "rq.worker.SimpleWorker",
+    # One process runs job after job (no fork per job): see README, "Workers". It runs only
+    # agentops' own jobs, read as JSON (agentops/workers.py).
+    "WORKER_CLASS": "agentops.workers.AgentopsWorker",
+    "JOB_CLASS": "agentops.workers.AgentopsJob",
 }
+# django-rq's pages in the admin check only is_staff; ours are at /django-rq/ behind a
+# permission (agentops/urls.py).
+RQ_SHOW_ADMIN_LINK = False
 
 # Running tasks (agentops/runner.py).
 PLANNER = os.environ.get("PLANNER", "scripted")  # scripted | anthropic | openai
@@ -190,20 +236,52 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
+# `manage.py collectstatic` (make run does it) fills this; WhiteNoise serves it.
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", "") or BASE_DIR / "var" / "staticfiles")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+
+# Error pages (DEBUG) and error reports leave out every credential-bearing setting, local
+# variable and request header: connection URLs carry passwords (agentops/errors.py).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "agentops.errors.CredentialFilter"
+
+# Login throttling (django-axes): after LOGIN_FAILURE_LIMIT failed logins from one address,
+# that address may not log in for LOGIN_LOCKOUT_MINUTES (a success resets the count). The
+# address is the peer's, or with DJANGO_BEHIND_PROXY what the proxy saw (agentops/access.py).
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=_env_float("LOGIN_LOCKOUT_MINUTES", 15.0))
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_CLIENT_IP_CALLABLE = "agentops.access.client_ip"
+AXES_RESET_ON_SUCCESS = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "admin:login"
 
-if not DEBUG:
+# A client's X-Forwarded-Proto is believed only when an operator says a proxy is in front
+# (one that sets the header itself and drops what clients send). The gunicorn settings
+# (agentops/gunicorn_conf.py) read the same variable.
+BEHIND_PROXY = _env_bool("DJANGO_BEHIND_PROXY", False)
+if BEHIND_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Off only for `make run`, which serves plain HTTP on this machine's loopback.
+HTTPS = _env_bool("DJANGO_HTTPS", True)
+LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]"}
+if not DEBUG and HTTPS:
     # Production: `manage.py check --deploy` is clean with these.
     SECURE_SSL_REDIRECT = _env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+elif not DEBUG and not set(ALLOWED_HOSTS) <= LOOPBACK_HOSTS:
+    raise ImproperlyConfigured(
+        "DJANGO_HTTPS=0 serves plain HTTP and is allowed only for loopback hosts "
+        f"({', '.join(sorted(LOOPBACK_HOSTS))}), not DJANGO_ALLOWED_HOSTS={ALLOWED_HOSTS}"
+    )
 
 LOGGING = {
     "version": 1,

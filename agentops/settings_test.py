@@ -16,3 +16,14 @@ JOURNAL_LEASE_SECONDS = 2.0
 
 # The sweeper re-rings a task after a second, not half a minute.
 SWEEP_GRACE_SECONDS = 1.0
+
+# In-process tests render pages without running collectstatic first: plain storage, no
+# manifest. The served-like-production tests run gunicorn with the real settings and a
+# collectstatic of their own (tests/agentops/test_serving.py).
+STORAGES = {
+    **STORAGES,  # noqa: F405
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# WhiteNoise serves from the apps' own static folders in-process (no collected copy).
+STATIC_ROOT = None  # type: ignore[assignment]
+WHITENOISE_USE_FINDERS = True

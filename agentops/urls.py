@@ -2,11 +2,22 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path
+from django_rq.urls import get_admin_urlpatterns, get_api_urlpatterns
 
 from agentops import views
+from agentops.access import queues_permission_required
+
+# django-rq's pages, each behind the queues permission (its own check is only is_staff).
+queue_urls: list[URLPattern] = [
+    *(
+        URLPattern(p.pattern, queues_permission_required(p.callback), p.default_args, p.name)
+        for p in get_api_urlpatterns()
+    ),
+    *get_admin_urlpatterns(view_wrapper=queues_permission_required),
+]
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
-    path("django-rq/", include("django_rq.urls")),
+    path("django-rq/", include((queue_urls, "django_rq"))),
     path("webhooks/stripe", views.stripe_webhook, name="stripe-webhook"),
 ]

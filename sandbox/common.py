@@ -41,6 +41,12 @@ FAULTS = frozenset(
     }
 )
 
+# Settings whose values /_sandbox/config accepts but never returns.
+SECRET_SETTINGS = frozenset({"webhook_secret"})
+
+# The names a client may use for a server bound to 127.0.0.1.
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+
 # Responses with these statuses are never saved for an idempotency key: the request did
 # not start executing (validation, authentication, missing objects, conflicts, rate limits).
 _NOT_SAVED = frozenset({400, 401, 403, 404, 409, 429})
@@ -476,8 +482,15 @@ class Provider:
         return {"data": []}
 
     def _config_get(self, request: Request) -> JSON:
+        # Secrets can be set here but are never read back: whoever can reach the sandbox
+        # could otherwise forge what it signs.
         with self.lock:
-            return {"config": dict(self.config)}
+            return {
+                "config": {
+                    k: (None if v is None else "(set)") if k in SECRET_SETTINGS else v
+                    for k, v in self.config.items()
+                }
+            }
 
     def _config_set(self, request: Request) -> JSON:
         unknown = set(request.params) - set(self.config)
@@ -702,6 +715,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
             )
             return
         route, route_params = matched
+        refused = self._refusal(headers, admin=route.operation is None)
+        if refused is not None:
+            self._send(Response(refused[0], refused[1], {"Request-Id": request_id}))
+            return
         # "reset before read": decided before the body is read, so the peer gets an RST with
         # its request unread.
         body = b""
@@ -740,6 +757,33 @@ class _RequestHandler(BaseHTTPRequestHandler):
             )
         response.headers.setdefault("Request-Id", request_id)
         self._send(response)
+
+    def _refusal(self, headers: dict[str, str], *, admin: bool) -> tuple[int, JSON] | None:
+        """Why a request must not reach the provider at all, as (status, body); or None.
+
+        The sandbox listens on loopback, but a browser on this machine can still be made to
+        talk to it: by a page on another site (a cross-origin form post), or through a name
+        that an attacker's DNS points at 127.0.0.1 (rebinding). So the Host must name this
+        server, and the admin endpoints, which change how the provider behaves, take only
+        same-origin JSON: a cross-site form cannot send that, nor set the header.
+        """
+        port = self.server.server_address[1]
+        own_hosts = {f"{name}:{port}" for name in LOOPBACK_NAMES} | set(LOOPBACK_NAMES)
+        host = headers.get("host", "").lower()
+        if host not in own_hosts:
+            return 421, _refused("misdirected_request", f"Host {host!r} is not this server")
+        if not admin or self.command == "GET":
+            return None
+        origin = headers.get("origin")
+        if origin is not None and origin.lower() not in {f"http://{h}" for h in own_hosts}:
+            return 403, _refused("cross_origin", f"requests from {origin!r} are not accepted")
+        if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+            return 403, _refused("cross_origin", "cross-site requests are not accepted")
+        if self.command == "POST" and not headers.get("content-type", "").startswith(
+            "application/json"
+        ):
+            return 415, _refused("unsupported_media_type", "admin endpoints take JSON only")
+        return None
 
     @staticmethod
     def _parse_body(body: bytes, content_type: str) -> JSON:
@@ -783,6 +827,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         # Stop the stdlib from writing or flushing on the closed socket.
         self.wfile = _NullWriter()  # type: ignore[assignment]
+
+
+def _refused(code: str, message: str) -> JSON:
+    return {"error": {"type": "invalid_request_error", "code": code, "message": message}}
 
 
 class _NullWriter:

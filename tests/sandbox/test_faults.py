@@ -126,7 +126,7 @@ def test_reset_before_read(payments_sandbox, stripe_sandbox):
 def test_reset_is_a_real_rst(payments_sandbox):
     payments_sandbox.client.fault("payment_intents.list", "reset_before_read")
     with socket.create_connection(("127.0.0.1", payments_sandbox.port), timeout=2) as s:
-        s.sendall(b"GET /v1/payment_intents HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.sendall(b"GET /v1/payment_intents HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         with pytest.raises(ConnectionResetError):
             s.recv(100)
             s.recv(100)

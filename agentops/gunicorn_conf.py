@@ -1,0 +1,30 @@
+"""gunicorn's settings: ``gunicorn -c python:agentops.gunicorn_conf agentops.wsgi``.
+
+`make run` serves the app this way on 127.0.0.1. gunicorn by default believes
+``X-Forwarded-Proto: https`` from any client on loopback; here it believes it only with
+``DJANGO_BEHIND_PROXY`` set (as Django's settings do), and then only from
+``FORWARDED_ALLOW_IPS`` (default: loopback, where such a proxy would connect from).
+"""
+
+from __future__ import annotations
+
+import os
+
+_behind_proxy = os.environ.get("DJANGO_BEHIND_PROXY", "").strip().lower() in {
+    "1",
+    "true",
+    "yes",
+    "on",
+}
+
+wsgi_app = "agentops.wsgi:application"
+bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
+# Two cores here; WEB_CONCURRENCY is gunicorn's usual knob for more.
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+accesslog = "-"
+forwarded_allow_ips = (
+    os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1") if _behind_proxy else ""
+)
+secure_scheme_headers = {"X-FORWARDED-PROTO": "https"} if _behind_proxy else {}
+# gunicorn's runtime control socket would live in the user's home directory: not wanted.
+control_socket_disable = True

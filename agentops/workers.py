@@ -1,0 +1,81 @@
+"""The RQ worker runs agentops' own jobs and nothing else (issue 8).
+
+RQ runs whatever function a job names, imported by its dotted path: anyone who can write to
+Redis could enqueue ``os.system``. A job is only a doorbell here (docs/design.md §4), so the worker
+accepts exactly the functions in :data:`JOBS`, no callbacks, no bound instance, and reads
+jobs as JSON only (a pickled payload runs code while it is read, before any check).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rq.job import Job
+from rq.serializers import JSONSerializer
+from rq.worker import SimpleWorker
+
+# Every function a worker may run, by the dotted name RQ stores. Add new jobs here.
+JOBS = frozenset({"agentops.jobs.run_task"})
+
+
+class JobRefused(Exception):
+    """A job names something that is not one of agentops' jobs; it fails, nothing runs."""
+
+
+class AgentopsJob(Job):
+    """A job that runs only if it names one of :data:`JOBS`, with no callbacks."""
+
+    def refusal(self) -> str | None:
+        """Why this job must not run, or None."""
+        if self.func_name not in JOBS:
+            return f"{self.func_name!r} is not an agentops job (allowed: {sorted(JOBS)})"
+        if self.instance is not None:
+            return "agentops jobs are plain functions, not methods of a stored instance"
+        callbacks = (
+            self._success_callback_name,
+            self._failure_callback_name,
+            self._stopped_callback_name,
+        )
+        if any(callbacks):
+            return f"agentops jobs take no callbacks ({[c for c in callbacks if c]})"
+        return None
+
+    def perform(self) -> Any:
+        refused = self.refusal()
+        if refused is not None:
+            raise JobRefused(f"job {self.id} refused: {refused}")
+        return super().perform()
+
+    # A refused job still fails through RQ's usual path, which would import and call its
+    # callbacks by name: they are never looked up.
+    @property
+    def success_callback(self) -> None:
+        return None
+
+    @property
+    def failure_callback(self) -> None:
+        return None
+
+    @property
+    def stopped_callback(self) -> None:
+        return None
+
+
+class AgentopsWorker(SimpleWorker):
+    """RQ's non-forking worker (README, "Workers"), with AgentopsJob and JSON, always.
+
+    Whatever ``--job-class`` or ``--serializer`` it is started with, jobs are read as JSON
+    by :class:`AgentopsJob`; another job class is refused at start.
+    """
+
+    def __init__(
+        self,
+        queues: Any,
+        *,
+        job_class: type[Job] | str | None = None,
+        serializer: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        if job_class not in (None, AgentopsJob, f"{__name__}.AgentopsJob"):
+            raise ValueError(f"agentops workers run AgentopsJob only, not {job_class!r}")
+        super().__init__(queues, job_class=AgentopsJob, serializer=JSONSerializer, **kwargs)

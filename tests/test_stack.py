@@ -1,0 +1,80 @@
+"""The launcher does no harm: what it keeps under var/ is its owner's alone (issue 8).
+
+Checked on the throwaway servers this very test run uses (scripts/stack.py test started
+them, with this pytest as its child), and on the helpers that write secrets.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _stack() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("agentops_stack", REPO / "scripts" / "stack.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _test_root() -> Path:
+    """The directory of the servers stack.py started around this run."""
+    candidates = [REPO / "var" / f"test-{os.getppid()}"]
+    candidates += Path(tempfile.gettempdir()).glob(f"agentops-test-{os.getppid()}-*")
+    for root in candidates:
+        if root.is_dir():
+            return root
+    pytest.skip("the servers were not started by scripts/stack.py test")
+
+
+def _open_to_others(path: Path) -> bool:
+    return bool(
+        os.lstat(path).st_mode & (stat.S_IRWXG | stat.S_IRWXO) & ~stat.S_IXOTH & ~stat.S_IXGRP
+    )
+
+
+def test_server_data_logs_and_secrets_are_readable_by_their_owner_only() -> None:
+    root = _test_root()
+    exposed = [
+        str(path.relative_to(root))
+        for path in [root, *root.rglob("*")]
+        if "packages" not in path.relative_to(root).parts  # linked binaries, not data
+        and _open_to_others(path)
+    ]
+    assert exposed == []
+    for name in ("postgres.log", "redis.log"):
+        assert stat.S_IMODE(os.lstat(root / name).st_mode) == 0o600
+    for secret in (root / "secrets").iterdir():
+        assert stat.S_IMODE(os.lstat(secret).st_mode) == 0o600
+
+
+def test_secrets_are_made_owner_only_and_kept(tmp_path: Path) -> None:
+    stack = _stack()
+    stack._OWN_ROOTS.append(tmp_path)
+    first = stack._secret(tmp_path / "secrets" / "x")
+    assert stack._secret(tmp_path / "secrets" / "x") == first
+    assert stat.S_IMODE(os.stat(tmp_path / "secrets" / "x").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "secrets").st_mode) == 0o700
+    (tmp_path / "secrets" / "x").chmod(0o644)  # loosened by hand
+    stack._secret(tmp_path / "secrets" / "x")
+    assert stat.S_IMODE(os.stat(tmp_path / "secrets" / "x").st_mode) == 0o600
+
+
+def test_the_launcher_changes_no_permission_outside_its_own_directories(tmp_path: Path) -> None:
+    stack = _stack()
+    with pytest.raises(stack.StackError, match="outside"):
+        stack._private_dir(tmp_path / "elsewhere")
+    with pytest.raises(stack.StackError, match="outside"):
+        stack.RunAs(uid=65534, gid=65534).own(tmp_path)
+    assert "useradd" not in (REPO / "scripts" / "stack.py").read_text()
