@@ -66,7 +66,8 @@ def task_summary(steps: Sequence[StepFact]) -> str:
             undone = ", since undone" if step.offset else ""
             groups["done"].append(f"{label} ({evidence_label(step.evidence)}{undone})")
         elif step.state == StepState.NOT_DONE and step.refusal:
-            groups["refused"].append(f"{label} — {step.detail}")
+            # The refusal's first clause is the fact; the rest told the model what to do.
+            groups["refused"].append(f"{label} — {step.detail.split('; ')[0]}")
         elif step.state == StepState.NOT_DONE:
             groups["not done"].append(f"{label} — {step.detail}")
         else:

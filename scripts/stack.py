@@ -1360,7 +1360,11 @@ def cmd_manage(args: Sequence[str]) -> int:
         env["REDIS_URL"] = f"redis://:{password}@{HOST}:{_env_port('AGENTOPS_REDIS_PORT', 63799)}/0"
     env.setdefault("DJANGO_SECRET_KEY", needed["DJANGO_SECRET_KEY"].read_text().strip())
     env.setdefault("DJANGO_HTTPS", "0")
-    return _run_foreground([sys.executable, str(MANAGE), *args], env)
+    # `python scripts/stack.py manage` is typed with any python: run manage.py with the
+    # project's own (make creates .venv), whichever started this script.
+    venv_python = REPO / ".venv" / "bin" / "python"
+    python = str(venv_python) if venv_python.exists() else sys.executable
+    return _run_foreground([python, str(MANAGE), *args], env)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
