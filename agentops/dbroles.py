@@ -75,8 +75,9 @@ APP_COLUMNS: dict[str, Columns] = {
             "lease_token",
             "lease_expires_at",
             "failed_runs",
+            "unwinding",
         ),
-        frozen=("id", "kind", "goal", "refs", "created_at"),
+        frozen=("id", "kind", "goal", "refs", "plan", "created_at"),
     ),
     "journal_step": Columns(
         updatable=(
@@ -103,12 +104,18 @@ APP_COLUMNS: dict[str, Columns] = {
             "offsets_id",
             "retries",
             "refusal",
+            "undo_tool",
             "first_started_at",
             "key_trusted_until",
             "lookup_until",
             "decision",
             "created_at",
         ),
+    ),
+    # An approval is decided once and used once (journal migration 0005's trigger).
+    "journal_approval": Columns(
+        updatable=("state", "decided_by", "decided_at", "decision_reason", "used_by_id"),
+        frozen=("id", "task_id", "tool", "args", "digest", "reason", "requested_at", "expires_at"),
     ),
     # Append-only: INSERT and SELECT, never UPDATE or DELETE (docs/design.md §4).
     "journal_entry": Columns(updatable=(), frozen=ALL),

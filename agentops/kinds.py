@@ -189,6 +189,21 @@ class Own:
 
 Bind = Ref | OneOf | Row | Own
 
+
+@dataclass(frozen=True)
+class Saga:
+    """Effects that only make sense together (docs/design.md §7): the default plan (tools in
+    order), the amounts above which a step is held for a person, and the steps before which
+    what the saga holds must be seen to still stand (it is charged for)."""
+
+    steps: tuple[str, ...]
+    hold_over: Mapping[str, int] = field(default_factory=dict)
+    verify_before: frozenset[str] = frozenset()
+
+    def default_plan(self) -> list[dict[str, Any]]:
+        return [{"tool": tool} for tool in self.steps]
+
+
 CHARGE_BINDS: tuple[Bind, ...] = (
     Ref("invoice", "invoice"),
     Ref("amount", "amount"),
@@ -209,6 +224,7 @@ class TaskKind:
     """Minor units a task may move in all, per currency (done, in flight or unknown)."""
     max_steps: int
     refs_checks: tuple[Callable[[Mapping[str, Any]], list[str]], ...] = ()
+    saga: Saga | None = None
 
     @property
     def tools(self) -> frozenset[str]:
@@ -306,6 +322,12 @@ KINDS: dict[str, TaskKind] = {
             money_caps=TRIP_CAPS,
             max_steps=20,
             refs_checks=(_amount_within_cap(TRIP_CAPS), _stay_is_a_night_or_more),
+            saga=Saga(
+                steps=("hold_flight", "book_hotel", "charge_customer", "send_email"),
+                # Trips above 3,000.00 are approved by a person before the card is charged.
+                hold_over={"charge_customer": 300_000},
+                verify_before=frozenset({"charge_customer"}),
+            ),
         ),
         TaskKind(
             name="reminders",
@@ -395,6 +417,46 @@ def task_problems(*, kind: TaskKind, goal: Any, refs: Any) -> list[str]:
     return problems
 
 
+def plan_problems(*, kind: TaskKind, plan: Any) -> list[str]:
+    """What is wrong with a saga's plan, each as a sentence: it is validated when it is
+    recorded, so a plan that would send an email before a step that may fail, or place a
+    step nothing can undo without a person's approval, never starts."""
+    if kind.saga is None:
+        return [] if not plan else [f"plan: a {kind.name} task is not a saga and takes no plan"]
+    if not isinstance(plan, list) or not plan:
+        return ["plan: must be a non-empty list of steps"]
+    tools = tool_registry()
+    problems: list[str] = []
+    seen: set[str] = set()
+    irreversible_from: str | None = None
+    for i, entry in enumerate(plan):
+        where = f"plan[{i}]"
+        if not isinstance(entry, Mapping) or set(entry) - {"tool", "hold"}:
+            problems.append(f"{where}: must be an object with a tool and, if held, hold: true")
+            continue
+        name, hold = entry.get("tool"), entry.get("hold", False)
+        tool = tools.get(name) if isinstance(name, str) else None
+        if tool is None or name not in kind.saga.steps or not isinstance(hold, bool):
+            problems.append(f"{where}: {name!r} is not a step of a {kind.name} saga")
+            continue
+        if name in seen:
+            problems.append(f"{where}: {name} is planned twice")
+        seen.add(name)
+        if tool.irreversible:
+            irreversible_from = irreversible_from or name
+        elif irreversible_from is not None:
+            problems.append(
+                f"{where}: {name} may fail, and comes after {irreversible_from}, which cannot "
+                "be undone: irreversible steps go last"
+            )
+        if not tool.irreversible and tool.compensation is None and not hold:
+            problems.append(
+                f"{where}: nothing undoes {name} and it is not irreversible: it must be held "
+                "for a person's approval (hold: true)"
+            )
+    return problems
+
+
 def money_committed(facts: TaskFacts, currency: str) -> int:
     """Minor units of ``currency`` the task has charged or may have charged, not undone."""
     return sum(
@@ -409,10 +471,65 @@ def money_committed(facts: TaskFacts, currency: str) -> int:
 
 
 class KindRules:
-    """``journal.protocols.Rules`` for one task: its kind's bindings and limits."""
+    """``journal.protocols.Rules`` for one task: its kind's bindings, limits and saga."""
 
-    def __init__(self, kind: TaskKind, refs: Mapping[str, Any]) -> None:
+    def __init__(
+        self, kind: TaskKind, refs: Mapping[str, Any], plan: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
         self.kind, self.refs = kind, refs
+        self.plan = list(plan) or (kind.saga.default_plan() if kind.saga else [])
+        self.tools = tool_registry()
+
+    @property
+    def saga(self) -> bool:
+        return self.kind.saga is not None
+
+    def hold(self, *, tool: str, args: Mapping[str, Any], facts: TaskFacts) -> str | None:
+        if self.kind.saga is None:
+            return None
+        planned = next((e for e in self.plan if e.get("tool") == tool), {})
+        if planned.get("hold"):
+            return f"the plan holds {tool} for a person's approval"
+        limit = self.kind.saga.hold_over.get(tool)
+        amount = args.get("amount")
+        if limit is not None and isinstance(amount, int) and amount > limit:
+            return f"{tool} of {amount} is above {limit}: a person approves it first"
+        known = self.tools.get(tool)
+        undos = {t.compensation for t in self.tools.values()}
+        if (
+            known is not None
+            and known.compensation is None
+            and not known.irreversible
+            and tool not in undos  # an undo is bound to the effect it undoes (Own)
+            and not any(e.get("tool") == tool for e in self.plan)
+        ):
+            return f"nothing undoes {tool} and it is not irreversible: a person approves it"
+        return None
+
+    def verify_before(self, *, tool: str) -> bool:
+        return self.kind.saga is not None and tool in self.kind.saga.verify_before
+
+    def _order(self, tool: str, facts: TaskFacts) -> Refused | None:
+        """An irreversible step of a saga waits for every planned step that might fail."""
+        known = self.tools.get(tool)
+        if self.kind.saga is None or known is None or not known.irreversible:
+            return None
+        done = {s.tool for s in facts.steps if s.state == StepState.DONE and not s.offset}
+        pending = [
+            e["tool"]
+            for e in self.plan
+            if e.get("tool") in self.tools
+            and not self.tools[e["tool"]].irreversible
+            and e["tool"] not in done
+        ]
+        if not pending:
+            return None
+        return Refused(
+            Refusal.ORDER,
+            f"refused: {tool} cannot be undone, and {', '.join(pending)} could still fail; "
+            f"nothing was sent; do {pending[0]} first",
+            {"before": pending},
+        )
 
     def check(self, *, tool: str, args: Mapping[str, Any], facts: TaskFacts) -> Refused | Bound:
         problems: list[str] = []
@@ -428,6 +545,9 @@ class KindRules:
                 "was sent; call it again with the task's own values",
                 {"mismatches": problems},
             )
+        out_of_order = self._order(tool, facts)
+        if out_of_order is not None:
+            return out_of_order
         if tool == "charge_customer":
             return self._within_cap(args, facts)
         return Bound(offsets=offsets)
@@ -458,4 +578,4 @@ def tools_for(task: Task) -> dict[str, SchemaTool]:
 
 
 def rules_for(task: Task) -> KindRules:
-    return KindRules(kind_get(task.kind), task.refs)
+    return KindRules(kind_get(task.kind), task.refs, task.plan)

@@ -25,11 +25,17 @@ from django.conf import settings
 from django.db import transaction
 
 from agentops.chaos import chaos_tools
-from agentops.kinds import TaskRefused, kind_get, rules_for, task_problems, tools_for
+from agentops.kinds import (
+    TaskRefused,
+    kind_get,
+    plan_problems,
+    rules_for,
+    task_problems,
+    tools_for,
+)
 from agentops.planners import planner_get
+from journal import operator
 from journal.models import Task, TaskStatus
-from journal.operator import task_cancel as journal_task_cancel
-from journal.operator import task_resume as journal_task_resume
 from journal.policy import Policy
 from journal.record import task_create
 from journal.run import Advance, task_advance
@@ -42,7 +48,12 @@ RANG_KEY = "agentops:rang:{}"
 
 
 def task_start(
-    *, kind: str, goal: str, refs: dict[str, Any] | None = None, actor: str = ""
+    *,
+    kind: str,
+    goal: str,
+    refs: dict[str, Any] | None = None,
+    actor: str = "",
+    plan: list[dict[str, Any]] | None = None,
 ) -> Task:
     """Record a task, then ring for a worker once the record is committed.
 
@@ -50,11 +61,15 @@ def task_start(
     the kind does not accept: a task whose refs lack an amount would otherwise fail on every
     run, and one whose receipt address is not an address would charge before it failed.
     """
-    problems = task_problems(kind=kind_get(kind), goal=goal, refs=refs or {})
+    task_kind = kind_get(kind)
+    problems = task_problems(kind=task_kind, goal=goal, refs=refs or {})
+    if plan is not None or task_kind.saga is not None:
+        plan = plan if plan is not None else task_kind.saga.default_plan()  # type: ignore[union-attr]
+        problems += plan_problems(kind=task_kind, plan=plan)
     if problems:
         raise TaskRefused(problems)
     with transaction.atomic():
-        task = task_create(kind=kind, goal=goal, refs=refs or {}, actor=actor)
+        task = task_create(kind=kind, goal=goal, refs=refs or {}, actor=actor, plan=plan or [])
         task_id = task.pk
         transaction.on_commit(lambda: task_ring(task_id=task_id))
     return task
@@ -84,6 +99,7 @@ def task_policy(task: Task) -> Policy:
         transient_retry_delays=tuple(settings.TRANSIENT_RETRY_SCHEDULE),
         max_steps=kind_get(task.kind).max_steps,
         max_failed_runs=settings.MAX_FAILED_RUNS,
+        approval_ttl=settings.APPROVAL_TTL_SECONDS,
     )
 
 
@@ -118,7 +134,7 @@ def task_resume(*, task_id: UUID, actor: str, reason: str) -> TaskStatus:
     """A person lets a task that needs a human go on (journal.operator); if it can advance,
     it is rung for. Returns its status now."""
     with transaction.atomic():
-        status = journal_task_resume(task_id=task_id, actor=actor, reason=reason)
+        status = operator.task_resume(task_id=task_id, actor=actor, reason=reason)
         if status == TaskStatus.RUNNABLE:
             transaction.on_commit(lambda: task_ring(task_id=task_id))
     return status
@@ -126,7 +142,34 @@ def task_resume(*, task_id: UUID, actor: str, reason: str) -> TaskStatus:
 
 def task_cancel(*, task_id: UUID, actor: str, reason: str) -> None:
     """A person stops a task that needs a human (journal.operator)."""
-    journal_task_cancel(task_id=task_id, actor=actor, reason=reason)
+    operator.task_cancel(task_id=task_id, actor=actor, reason=reason)
+
+
+def task_approve(*, task_id: UUID, approval_id: int, digest: str, actor: str) -> bool:
+    """A person approves a held saga step (journal.operator.approval_approve); the task is
+    rung for either way (approved: it goes on; expired: it asks again)."""
+    with transaction.atomic():
+        approved = operator.approval_approve(
+            task_id=task_id, approval_id=approval_id, digest=digest, actor=actor
+        )
+        transaction.on_commit(lambda: task_ring(task_id=task_id))
+    return approved
+
+
+def task_reject(*, task_id: UUID, approval_id: int, actor: str, reason: str) -> None:
+    """A person rejects a held saga step: the saga compensates what it did."""
+    with transaction.atomic():
+        operator.approval_reject(
+            task_id=task_id, approval_id=approval_id, actor=actor, reason=reason
+        )
+        transaction.on_commit(lambda: task_ring(task_id=task_id))
+
+
+def task_compensate(*, task_id: UUID, actor: str, reason: str) -> None:
+    """A person has a saga compensate now."""
+    with transaction.atomic():
+        operator.saga_compensate(task_id=task_id, actor=actor, reason=reason)
+        transaction.on_commit(lambda: task_ring(task_id=task_id))
 
 
 def tasks_sweep() -> int:

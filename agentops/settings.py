@@ -174,6 +174,9 @@ TRANSIENT_RETRY_SCHEDULE = tuple(
 # Runs in a row that may end without finishing cleanly (a crashed worker, a lost database)
 # before the task is handed to a human instead of being run again.
 MAX_FAILED_RUNS = int(os.environ.get("MAX_FAILED_RUNS", "5"))
+# How long a saga held for a person's approval may wait for the decision (and then for its
+# use) before the request expires and the saga asks again: a weekend, and a day.
+APPROVAL_TTL_SECONDS = _env_float("APPROVAL_TTL_SECONDS", 3 * 24 * 3600.0)
 RUN_JOB_TIMEOUT_SECONDS = int(os.environ.get("RUN_JOB_TIMEOUT_SECONDS", "600"))
 SWEEP_INTERVAL_SECONDS = _env_float("SWEEP_INTERVAL_SECONDS", 5.0)
 # A task enqueued this recently is not enqueued again by the sweeper (the doorbell's echo).

@@ -21,8 +21,10 @@ def step_key(task_id: UUID | str, n: int) -> str:
     return f"{KEY_PREFIX}:{step_id(task_id, n)}"
 
 
-def undo_key(key: str) -> str:
-    return f"{key}:undo"
+def undo_key(key: str, retries: int = 0) -> str:
+    """The key of the compensation of the step keyed ``key``. A compensation that provably
+    never left (refused connection) is tried again as a new step: ``…:undo``, ``…:undo2``."""
+    return f"{key}:undo" if retries == 0 else f"{key}:undo{retries + 1}"
 
 
 def object_name(raw: str) -> str:

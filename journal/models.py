@@ -27,12 +27,16 @@ class TaskStatus(models.TextChoices):
     """It can advance now. A worker may hold its lease (then it is running) or not yet."""
     WAITING = "waiting", "waiting"
     """It waits until ``wake_at``: for an unknown step's next lookup, or a retry's backoff."""
+    AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
+    """A saga is held before a step until a person approves or rejects it (an Approval)."""
     NEEDS_HUMAN = "needs_human", "needs a human"
     """The harness cannot go on alone; ``attention_code`` and ``attention`` say why."""
     FINISHED = "finished", "finished"
     """Over: the planner decided so, and that decision is its last step."""
     CANCELLED = "cancelled", "cancelled"
     """An operator stopped it (recorded with who and why); no step of it is open."""
+    COMPENSATED = "compensated", "compensated"
+    """Over: a saga that could not complete, every done effect undone by its compensation."""
 
 
 class Attention(models.TextChoices):
@@ -58,6 +62,12 @@ class Attention(models.TextChoices):
     KEY_MISUSED = "key_misused", "key used with other arguments"
     """The provider says the step's key was used with other arguments: a bug, and the first
     use may have acted."""
+    COMPENSATION_FAILED = "compensation_failed", "a compensation did not happen"
+    """A saga's undo was refused by the provider (or could not be sent, retries used up): the
+    effect it should undo still stands."""
+    EFFECT_LAPSED = "effect_lapsed", "an effect lapsed"
+    """Something a saga holds no longer stands at the provider (a flight hold expired while
+    it waited); nothing more was done on top of it."""
     PARKED = "parked", "parked"
     """Set aside on purpose (tests, maintenance)."""
 
@@ -88,6 +98,10 @@ class Task(models.Model):
     wake_at = models.DateTimeField(
         null=True, blank=True, help_text="When a waiting task may advance again."
     )
+    # A saga (docs/design.md §7): its plan, validated when the task was started, and whether it
+    # is unwinding (compensating its done steps, newest first). Unwinding never stops.
+    plan = models.JSONField(default=list, blank=True)
+    unwinding = models.BooleanField(default=False)
     step_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(db_default=Now())
     # The lease (docs/design.md §11): one runner at a time, judged by the database clock.
@@ -184,6 +198,11 @@ class Step(models.Model):
     )
     retries = models.PositiveIntegerField(
         default=0, help_text="How many harness retries of a transient not-done came before."
+    )
+    undo_tool = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="The tool that undoes this effect, declared before it ran ('' if none).",
     )
     refusal = models.CharField(
         max_length=30, blank=True, help_text="Why it was refused without running, as a code."
@@ -305,6 +324,14 @@ class EntryKind(models.TextChoices):
     """A person stopped the task (with who and why)."""
     OPERATOR_ACTION = "operator_action", "operator action"
     """A person did something (with who, in ``actor``)."""
+    APPROVAL_REQUESTED = "approval_requested", "approval requested"
+    """A saga is held before a step: its tool, arguments and their digest await a person."""
+    APPROVAL_DECIDED = "approval_decided", "approval decided"
+    """A person approved or rejected a held step (or the request expired)."""
+    SAGA_UNWINDING = "saga_unwinding", "saga unwinding"
+    """A saga will not complete: its done steps are compensated, newest first, from now on."""
+    EFFECT_CHECKED = "effect_checked", "effect checked"
+    """Whether an earlier effect still stands at its provider, asked before relying on it."""
 
 
 class Entry(models.Model):
@@ -326,3 +353,58 @@ class Entry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.kind}"
+
+
+class ApprovalState(models.TextChoices):
+    PENDING = "pending", "pending"
+    """Asked for; nobody has decided yet."""
+    APPROVED = "approved", "approved"
+    """A person approved exactly this tool and these arguments; not used yet."""
+    REJECTED = "rejected", "rejected"
+    """A person rejected it: the saga compensates what it did."""
+    USED = "used", "used"
+    """The approved step was recorded (``used_by``); an approval is used once."""
+    EXPIRED = "expired", "expired"
+    """Too late: it was neither decided nor used before ``expires_at``."""
+
+
+class Approval(models.Model):
+    """A person's approval of one held step of a saga: bound to its tool and the digest of its
+    arguments, who decided and when, valid until ``expires_at``, and used once."""
+
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="approvals")
+    tool = models.CharField(max_length=100)
+    args = models.JSONField(default=dict)
+    digest = models.CharField(max_length=64, help_text="sha256 of the tool and its arguments.")
+    reason = models.TextField(help_text="Why the step was held.")
+    requested_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+    state = models.CharField(max_length=10, choices=ApprovalState, default=ApprovalState.PENDING)
+    decided_by = models.CharField(max_length=200, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True)
+    used_by = models.OneToOneField(
+        Step, on_delete=models.PROTECT, null=True, blank=True, related_name="approval"
+    )
+
+    class Meta:
+        ordering = ["-requested_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=ApprovalState.values), name="journal_approval_state_valid"
+            ),
+            # A task waits for at most one decision at a time.
+            models.UniqueConstraint(
+                fields=["task"],
+                condition=Q(state__in=[ApprovalState.PENDING, ApprovalState.APPROVED]),
+                name="journal_approval_one_open_per_task",
+            ),
+            models.CheckConstraint(
+                condition=Q(state=ApprovalState.USED, used_by__isnull=False)
+                | (~Q(state=ApprovalState.USED) & Q(used_by__isnull=True)),
+                name="journal_approval_used_iff_step",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"approval of {self.tool} for {self.task_id} [{self.state}]"

@@ -12,8 +12,17 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from journal.entries import entry
-from journal.models import EntryKind, Step, StepKind, Task, TaskStatus
+from journal.models import (
+    Approval,
+    ApprovalState,
+    EntryKind,
+    Step,
+    StepKind,
+    Task,
+    TaskStatus,
+)
 from journal.outcomes import LIVE_STATES, StepState
+from journal.sagas import approval_expire, is_expired, saga_unwind
 from journal.status import TransitionRefused, task_transition
 
 
@@ -46,7 +55,8 @@ def task_resume(*, task_id: UUID, actor: str, reason: str) -> TaskStatus:
     with transaction.atomic():
         task = _flagged(task_id, "resumed")
         finished = Step.objects.filter(task=task, kind=StepKind.FINISH).exists()
-        to = TaskStatus.FINISHED if finished else TaskStatus.RUNNABLE
+        over = TaskStatus.COMPENSATED if task.unwinding else TaskStatus.FINISHED
+        to = over if finished else TaskStatus.RUNNABLE
         Task.objects.filter(pk=task_id).update(failed_runs=0)
         Step.objects.filter(task=task, state=StepState.UNKNOWN, next_check_at__isnull=True).update(
             next_check_at=Now()
@@ -82,6 +92,12 @@ def task_cancel(*, task_id: UUID, actor: str, reason: str) -> None:
                 f"step {open_step.key} ({open_step.tool}) is {open_step.state}: it may have "
                 "happened; reconcile it or resolve it by hand before cancelling the task"
             )
+        standing = _undoable(task)
+        if task.plan and standing is not None:
+            raise TransitionRefused(
+                f"step {standing.key} ({standing.tool}) is done and can be undone: compensate "
+                "the saga rather than cancel it, or nothing would ever undo it"
+            )
         entry(
             kind=EntryKind.OPERATOR_ACTION,
             task_id=task_id,
@@ -97,3 +113,160 @@ def task_cancel(*, task_id: UUID, actor: str, reason: str) -> None:
             actor=actor,
             reason=f"cancelled by {actor}: {why}",
         )
+
+
+def _undoable(task: Task) -> Step | None:
+    """A done effect of the task that declared an undo and was not undone."""
+    return (
+        Step.objects.filter(
+            task=task, state=StepState.DONE, offset_by__isnull=True, offsets__isnull=True
+        )
+        .exclude(undo_tool="")
+        .order_by("-n")
+        .first()
+    )
+
+
+# --- Sagas: approve, reject, compensate now -------------------------------------------------
+
+
+def _awaiting(task_id: UUID, approval_id: int) -> tuple[Task, Approval]:
+    task = Task.objects.select_for_update().get(pk=task_id)
+    approval = (
+        Approval.objects.select_for_update()
+        .annotate(db_now=Now())
+        .filter(pk=approval_id, task=task)
+        .first()
+    )
+    if approval is None:
+        raise TransitionRefused(f"task {task_id} has no approval {approval_id}")
+    if task.status != TaskStatus.AWAITING_APPROVAL or approval.state != ApprovalState.PENDING:
+        raise TransitionRefused(
+            f"approval {approval_id} is {approval.state} and the task is "
+            f"{TaskStatus(task.status).label}: there is nothing to decide"
+        )
+    return task, approval
+
+
+def approval_approve(*, task_id: UUID, approval_id: int, digest: str, actor: str) -> bool:
+    """A person approves the held step they were shown (``digest`` of its tool and
+    arguments): the saga goes on with exactly that step, and ``True`` is returned. Refused
+    (:class:`TransitionRefused`, nothing written) when ``digest`` is not what waits — the
+    person saw something else. When the request has expired, the approval is not given:
+    it is marked expired, the task goes back to decide again and ask anew, and ``False`` is
+    returned."""
+    if not actor:
+        raise TransitionRefused("say who approves: the journal records it")
+    with transaction.atomic():
+        task, approval = _awaiting(task_id, approval_id)
+        if digest != approval.digest:
+            raise TransitionRefused(
+                f"approval {approval_id} is for {approval.tool} with arguments digest "
+                f"{approval.digest[:12]}…, not {digest[:12]}…: approve what is shown now"
+            )
+        if is_expired(approval):
+            expired = True
+        else:
+            expired = False
+            Approval.objects.filter(pk=approval.pk).update(
+                state=ApprovalState.APPROVED, decided_by=actor, decided_at=Now()
+            )
+            entry(
+                kind=EntryKind.APPROVAL_DECIDED,
+                task_id=task_id,
+                actor=actor,
+                approval=approval.pk,
+                decision="approved",
+                tool=approval.tool,
+                digest=approval.digest,
+            ).save()
+            task_transition(
+                task_id=task_id,
+                to=TaskStatus.RUNNABLE,
+                frm=[TaskStatus.AWAITING_APPROVAL],
+                actor=actor,
+                reason=f"{approval.tool} approved by {actor}",
+            )
+    if expired:
+        with transaction.atomic():
+            approval_expire(approval=approval, actor=actor)
+            task_transition(
+                task_id=task_id,
+                to=TaskStatus.RUNNABLE,
+                frm=[TaskStatus.AWAITING_APPROVAL],
+                actor=actor,
+                reason="the request for approval expired; the saga decides again and asks anew",
+            )
+    return not expired
+
+
+def approval_reject(*, task_id: UUID, approval_id: int, actor: str, reason: str) -> None:
+    """A person rejects the held step: it never runs, and the saga compensates what it did."""
+    why = _why(reason)
+    with transaction.atomic():
+        task, approval = _awaiting(task_id, approval_id)
+        Approval.objects.filter(pk=approval.pk).update(
+            state=ApprovalState.REJECTED,
+            decided_by=actor,
+            decided_at=Now(),
+            decision_reason=why,
+        )
+        entry(
+            kind=EntryKind.APPROVAL_DECIDED,
+            task_id=task_id,
+            actor=actor,
+            approval=approval.pk,
+            decision="rejected",
+            reason=why,
+        ).save()
+        saga_unwind(
+            task_id=task_id, reason=f"{approval.tool} rejected by {actor}: {why}", actor=actor
+        )
+        task_transition(
+            task_id=task_id,
+            to=TaskStatus.RUNNABLE,
+            frm=[TaskStatus.AWAITING_APPROVAL],
+            actor=actor,
+            reason=f"rejected by {actor}: {why}",
+        )
+
+
+def saga_compensate(*, task_id: UUID, actor: str, reason: str) -> None:
+    """A person has a saga compensate now: from now on its done effects are undone, newest
+    first, and no step goes forward. For a saga still under way, held, or handed over; not
+    for one that is over."""
+    why = _why(reason)
+    with transaction.atomic():
+        task = Task.objects.select_for_update().get(pk=task_id)
+        if not task.plan:
+            raise TransitionRefused(f"task {task_id} is not a saga: it has nothing to compensate")
+        if task.status in (TaskStatus.FINISHED, TaskStatus.CANCELLED, TaskStatus.COMPENSATED):
+            raise TransitionRefused(
+                f"task {task_id} is {TaskStatus(task.status).label}: it is over"
+            )
+        pending = Approval.objects.filter(task=task, state=ApprovalState.PENDING)
+        for held in pending:
+            Approval.objects.filter(pk=held.pk).update(
+                state=ApprovalState.REJECTED,
+                decided_by=actor,
+                decided_at=Now(),
+                decision_reason=f"compensated instead: {why}",
+            )
+        entry(
+            kind=EntryKind.OPERATOR_ACTION,
+            task_id=task_id,
+            actor=actor,
+            action="compensate",
+            reason=why,
+            was=task.status,
+        ).save()
+        saga_unwind(task_id=task_id, reason=f"compensated by {actor}: {why}", actor=actor)
+        if task.status in (TaskStatus.NEEDS_HUMAN, TaskStatus.AWAITING_APPROVAL):
+            Task.objects.filter(pk=task_id).update(failed_runs=0)
+            task_transition(
+                task_id=task_id,
+                to=TaskStatus.RUNNABLE,
+                frm=[TaskStatus.NEEDS_HUMAN, TaskStatus.AWAITING_APPROVAL],
+                actor=actor,
+                reason=f"compensating, by {actor}: {why}",
+            )

@@ -24,6 +24,8 @@ class Policy:
     then the planner decides with the facts."""
     max_failed_runs: int = 5
     """Runs in a row that may end without finishing cleanly before the task needs a human."""
+    approval_ttl: float = 3 * 24 * 3600.0
+    """Seconds a held saga's request for approval stays valid (a weekend, and a day)."""
 
 
 DEFAULT_POLICY = Policy()

@@ -60,6 +60,22 @@ class Tool(Protocol):
         """The name of the tool that undoes this one, or None when nothing can (sagas)."""
         ...
 
+    @property
+    def irreversible(self) -> bool:
+        """Nothing can undo it (an email, a wire): in a saga it comes after every step that
+        might fail (§7)."""
+        ...
+
+    def undo_args(self, args: Mapping[str, Any], evidence: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments of this effect's compensation, from its frozen arguments and the
+        evidence of what it did (a hold's id → the release). Decided by code, never a model."""
+        ...
+
+    def standing(self, args: Mapping[str, Any], evidence: Mapping[str, Any]) -> bool | None:
+        """Whether the effect still stands at the provider (a flight hold may expire on its
+        own); ``None`` when it cannot lapse. Raising means "cannot tell"."""
+        ...
+
     def validate(self, args: Mapping[str, Any]) -> list[str]:
         """Problems with the arguments, each a sentence; empty when they are valid."""
         ...
@@ -90,6 +106,8 @@ class Refusal(models.TextChoices):
     or an undo names an effect this task did not make."""
     LIMIT = "limit", "over a limit"
     """It would exceed a limit of the task (money per currency)."""
+    ORDER = "order", "out of order"
+    """An irreversible step of a saga, while a step that might fail could still follow."""
     IN_FLIGHT = "in_flight", "in flight"
     """Another effect on the same object is in flight or unknown."""
     ALREADY_DONE = "already_done", "already done"
@@ -99,6 +117,9 @@ class Refusal(models.TextChoices):
 GUARD_REFUSALS = (Refusal.IN_FLIGHT, Refusal.ALREADY_DONE)
 # Refusals of a decision's form, not its substance: deciding again, correctly, is fine.
 DECIDE_AGAIN = (Refusal.UNKNOWN_TOOL, Refusal.INVALID_ARGUMENTS)
+# Refusals a model can put right by deciding differently; any other refusal of a saga step
+# means the step cannot happen, and the saga unwinds.
+CORRECTABLE = (*DECIDE_AGAIN, Refusal.NOT_THIS_TASKS, Refusal.ORDER)
 
 
 @dataclass(frozen=True)
@@ -120,10 +141,26 @@ class Bound:
 
 
 class Rules(Protocol):
-    """What binds a task's decisions to the task (docs/design.md §6): the harness knows what
-    the task is for; the model may be wrong or prompt-injected."""
+    """What binds a task's decisions to the task (docs/design.md §6, §7): the harness knows
+    what the task is for; the model may be wrong or prompt-injected."""
 
-    def check(self, *, tool: str, args: Mapping[str, Any], facts: TaskFacts) -> Refused | Bound: ...
+    def check(self, *, tool: str, args: Mapping[str, Any], facts: TaskFacts) -> Refused | Bound:
+        """Whether the call belongs to the task; an undo names the step it undoes."""
+        ...
+
+    @property
+    def saga(self) -> bool:
+        """Whether the task's effects belong together: when one cannot happen, the harness
+        compensates the done ones, newest first."""
+        ...
+
+    def hold(self, *, tool: str, args: Mapping[str, Any], facts: TaskFacts) -> str | None:
+        """Why a person must approve this call before it is recorded, or None."""
+        ...
+
+    def verify_before(self, *, tool: str) -> bool:
+        """Whether the effects the task holds must be seen to stand before this call."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -146,6 +183,8 @@ class StepFact:
     """The ``n`` of the step this one undoes."""
     retries: int = 0
     """Harness retries of a transient ``not_done`` that came before this step."""
+    undo_tool: str = ""
+    """The tool that undoes it, declared when it was recorded ("" when none)."""
     transient: bool = False
     """``not_done`` for a passing reason (the provider could not be reached): worth a retry."""
     settled_at: datetime | None = None
@@ -181,6 +220,8 @@ class TaskFacts:
     goal: str
     refs: Mapping[str, Any]
     steps: Sequence[StepFact]
+    plan: Sequence[Mapping[str, Any]] = ()
+    """A saga's plan: its steps' tools in order, each perhaps marked ``hold``."""
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,15 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from journal.entries import entry
-from journal.keys import object_name, step_key
+from journal.keys import object_name, step_key, undo_key
 from journal.leases import Lease, fence
 from journal.models import (
     GUARD_CONSTRAINT,
     ONCE_CONSTRAINT,
     STANDING_STATES,
     UNDO_CONSTRAINT,
+    Approval,
+    ApprovalState,
     Entry,
     EntryKind,
     Step,
@@ -26,7 +28,17 @@ from journal.models import (
 )
 from journal.outcomes import LIVE_STATES, StepState
 from journal.policy import DEFAULT_POLICY, Policy
-from journal.protocols import Call, Finish, Refusal, Refused, Rules, TaskFacts, Tool
+from journal.protocols import (
+    Call,
+    Finish,
+    Refusal,
+    Refused,
+    Rules,
+    StepFact,
+    TaskFacts,
+    Tool,
+)
+from journal.sagas import ApprovalNotUsable, digest
 from journal.status import task_transition
 from journal.summary import evidence_label
 
@@ -53,12 +65,26 @@ def _has_nul(value: Any) -> bool:
 
 
 def task_create(
-    *, kind: str, goal: str, refs: Mapping[str, Any] | None = None, actor: str = ""
+    *,
+    kind: str,
+    goal: str,
+    refs: Mapping[str, Any] | None = None,
+    actor: str = "",
+    plan: list[dict[str, Any]] | None = None,
 ) -> Task:
-    """Start a task: the task row and its first entry, in one transaction."""
+    """Start a task: the task row and its first entry, in one transaction. A saga's
+    ``plan`` (validated by the caller) is frozen with it."""
     with transaction.atomic():
-        task = Task.objects.create(kind=kind, goal=goal, refs=_json(dict(refs or {})))
-        entry(kind=EntryKind.TASK_CREATED, task_id=task.pk, actor=actor, goal=goal).save()
+        task = Task.objects.create(
+            kind=kind, goal=goal, refs=_json(dict(refs or {})), plan=_json(plan or [])
+        )
+        entry(
+            kind=EntryKind.TASK_CREATED,
+            task_id=task.pk,
+            actor=actor,
+            goal=goal,
+            **({"plan": task.plan} if task.plan else {}),
+        ).save()
     return task
 
 
@@ -71,6 +97,8 @@ def step_record(
     facts: TaskFacts | None = None,
     retries: int = 0,
     policy: Policy = DEFAULT_POLICY,
+    undo_of: StepFact | None = None,
+    approval: Approval | None = None,
 ) -> Step:
     """Record a decided call and start its first attempt, in one commit, before any call.
 
@@ -80,6 +108,10 @@ def step_record(
     by), or the object's guard refuses it (another effect live, or its once-only effect
     already done). Returns the step; it is ``pending`` exactly when the caller must now
     perform it.
+
+    ``undo_of`` makes the step a saga's compensation of that earlier step: linked to it and
+    keyed from its key. ``approval`` is the person's approval of exactly this call: it is used
+    up in the same commit (:class:`~journal.sagas.ApprovalNotUsable` if it no longer can be).
     """
     tool = tools.get(decision.tool)
     try:
@@ -100,8 +132,8 @@ def step_record(
             Refusal.INVALID_ARGUMENTS,
             "invalid arguments: " + "; ".join(problems) + "; nothing was sent",
         )
-    offsets: int | None = None
-    if rules is not None:
+    offsets: int | None = undo_of.n if undo_of is not None else None
+    if rules is not None and undo_of is None:
         if facts is None:
             from journal.selectors import task_facts_by_id
 
@@ -117,7 +149,7 @@ def step_record(
     try:
         with transaction.atomic():
             n = fence(lease, allocate_step=True).step_count
-            key = step_key(lease.task_id, n)
+            key = step_key(lease.task_id, n) if undo_of is None else undo_key(undo_of.key, retries)
             step = Step.objects.create(
                 task_id=lease.task_id,
                 n=n,
@@ -134,6 +166,7 @@ def step_record(
                     else None
                 ),
                 retries=retries,
+                undo_tool=tool.compensation or "",
                 state=StepState.PENDING,
                 attempts=1,
                 first_started_at=Now(),
@@ -164,6 +197,14 @@ def step_record(
                     ),
                 ]
             )
+            if approval is not None:
+                used = Approval.objects.filter(
+                    pk=approval.pk,
+                    state=ApprovalState.APPROVED,
+                    digest=digest(tool.name, args),
+                ).update(state=ApprovalState.USED, used_by=step)
+                if not used:
+                    raise ApprovalNotUsable(f"approval {approval.pk} is not for this call now")
     except IntegrityError as exc:
         constraint = next((c for c in TASK_CONSTRAINTS if c in str(exc)), None)
         if constraint is None:
@@ -271,11 +312,14 @@ class _Refuser:
         return step
 
 
-def task_finish(*, lease: Lease, decision: Finish, summary: str) -> Step:
+def task_finish(
+    *, lease: Lease, decision: Finish, summary: str, to: TaskStatus = TaskStatus.FINISHED
+) -> Step:
     """Record the decision that the task is over; it is a step like any other.
 
     ``summary`` is what the task says it did, built from the journal's facts; the planner's
-    own words are kept beside it, never shown as the truth.
+    own words are kept beside it, never shown as the truth. ``to`` is ``compensated`` for a
+    saga whose every done effect was undone.
     """
     with transaction.atomic():
         n = fence(lease, allocate_step=True).step_count
@@ -295,7 +339,7 @@ def task_finish(*, lease: Lease, decision: Finish, summary: str) -> Step:
         )
         task_transition(
             task_id=lease.task_id,
-            to=TaskStatus.FINISHED,
+            to=to,
             frm=[TaskStatus.RUNNABLE],
             step_id=step.pk,
             summary=summary,

@@ -24,12 +24,35 @@ from django.db import InterfaceError, OperationalError
 from django.db.models.functions import Now
 
 from journal.leases import Lease, LeaseLost, fence, lease_acquire, lease_release
-from journal.models import Attention, Task, TaskStatus
+from journal.models import Approval, ApprovalState, Attention, Task, TaskStatus
 from journal.outcomes import StepState
 from journal.perform import step_perform, step_reconcile
 from journal.policy import DEFAULT_POLICY, Policy
-from journal.protocols import Call, Decision, Finish, Planner, Rules, StepFact, TaskFacts, Tool
+from journal.protocols import (
+    CORRECTABLE,
+    Call,
+    Decision,
+    Finish,
+    Planner,
+    Rules,
+    StepFact,
+    TaskFacts,
+    Tool,
+)
 from journal.record import step_record, task_finish
+from journal.sagas import (
+    ApprovalNotUsable,
+    Undo,
+    UndoFailed,
+    UndoLater,
+    approval_expire,
+    approval_open,
+    approval_request,
+    effect_checked,
+    is_expired,
+    next_undo,
+    saga_unwind,
+)
 from journal.selectors import task_facts, task_open_step
 from journal.status import FINAL, task_flag, task_transition
 from journal.summary import task_summary
@@ -37,8 +60,8 @@ from journal.summary import task_summary
 
 @dataclass(frozen=True)
 class Advance:
-    """Why the runner stopped: ``finished``, ``cancelled``, ``waiting``, ``needs_human`` or
-    ``busy`` (another runner holds the task)."""
+    """Why the runner stopped: ``finished``, ``compensated``, ``cancelled``, ``waiting``,
+    ``awaiting_approval``, ``needs_human`` or ``busy`` (another runner holds the task)."""
 
     stopped: str
     steps_performed: int = 0
@@ -126,6 +149,8 @@ def _advance(
             return Advance(task.status, performed)
         if task.status == TaskStatus.NEEDS_HUMAN:
             return Advance("needs_human", performed)
+        if task.status == TaskStatus.AWAITING_APPROVAL:
+            return Advance("awaiting_approval", performed)
         if task.status == TaskStatus.WAITING:
             if task.wake_at is not None and task.wake_at > now:
                 return Advance("waiting", performed)
@@ -140,7 +165,8 @@ def _advance(
         open_step = task_open_step(task_id=task.pk)
         if open_step is not None:
             # A pending step seen by a new lease holder was abandoned by a dead runner: it is
-            # unknown, and reconciled at once. An unknown one waits for its lookup time.
+            # unknown, and reconciled at once. An unknown one waits for its lookup time. A
+            # saga decides whether to compensate a step only once it is settled.
             if open_step.state == StepState.UNKNOWN and not open_step.due:  # type: ignore[attr-defined]
                 _wait(lease, until=open_step.next_check_at or now, why=f"step {open_step.key}")
                 return Advance("waiting", performed)
@@ -149,12 +175,19 @@ def _advance(
             )
             performed += 1
             continue
+        facts = task_facts(task=task)
+        if task.unwinding:
+            stopped = _unwind(lease=lease, facts=facts, tools=tools, policy=policy, now=now)
+            if stopped is not None:
+                return Advance(stopped, performed)
+            performed += 1
+            continue
         if task.step_count >= policy.max_steps:
             raise _Handover(
                 Attention.STEP_LIMIT,
                 f"the task reached its limit of {policy.max_steps} steps without finishing",
             )
-        facts = task_facts(task=task)
+        approval: Approval | None = None
         retry = _transient_retry(facts, policy)
         if retry is not None:
             last, due = retry
@@ -164,23 +197,164 @@ def _advance(
             decision: Decision = Call(last.tool, last.args, raw={"harness": "retry", "of": last.n})
             retries = last.retries + 1
         else:
-            decision = _decide(lease, planner, facts)
+            failed = _saga_step_failed(facts) if rules is not None and rules.saga else None
+            if failed is not None:
+                saga_unwind(task_id=task.pk, reason=failed, lease=lease)
+                continue
+            approval = approval_open(task_id=task.pk) if rules is not None else None
+            if approval is not None and approval.state == ApprovalState.PENDING:
+                # Resumed while a decision is still awaited: wait for it again.
+                task_transition(
+                    lease=lease,
+                    task_id=task.pk,
+                    to=TaskStatus.AWAITING_APPROVAL,
+                    frm=[TaskStatus.RUNNABLE],
+                    reason=approval.reason,
+                    approval=approval.pk,
+                )
+                return Advance("awaiting_approval", performed)
+            if approval is not None and is_expired(approval):
+                approval_expire(approval=approval, actor="harness")
+                approval = None
+            if approval is not None:
+                # Exactly what the person approved: the planner is not asked again.
+                decision = Call(
+                    approval.tool,
+                    approval.args,
+                    raw={"harness": "approved", "approval": approval.pk},
+                )
+            else:
+                decision = _decide(lease, planner, facts)
             retries = 0
         if isinstance(decision, Finish):
             task_finish(lease=lease, decision=decision, summary=task_summary(facts.steps))
             return Advance("finished", performed)
-        step = step_record(
-            lease=lease,
-            decision=decision,
-            tools=tools,
-            rules=rules,
-            facts=facts,
-            retries=retries,
-            policy=policy,
-        )
+        if rules is not None and approval is None and retries == 0:
+            why = rules.hold(tool=decision.tool, args=decision.args, facts=facts)
+            if why:
+                approval_request(
+                    lease=lease,
+                    tool=decision.tool,
+                    args=decision.args,
+                    reason=why,
+                    ttl=timedelta(seconds=policy.approval_ttl),
+                )
+                return Advance("awaiting_approval", performed)
+        if (
+            rules is not None
+            and rules.verify_before(tool=decision.tool)
+            and not _still_standing(lease=lease, facts=facts, tools=tools, policy=policy, now=now)
+        ):
+            return Advance("waiting", performed)
+        try:
+            step = step_record(
+                lease=lease,
+                decision=decision,
+                tools=tools,
+                rules=rules,
+                facts=facts,
+                retries=retries,
+                policy=policy,
+                approval=approval,
+            )
+        except ApprovalNotUsable:
+            continue  # decided or used meanwhile: look again
         if step.state == StepState.PENDING:
             step_perform(lease=lease, step=step, tool=tools[step.tool], policy=policy)
             performed += 1
+
+
+def _saga_step_failed(facts: TaskFacts) -> str | None:
+    """Why the saga cannot complete: its last step did not happen and will not by itself
+    (not a passing failure being retried, not a refusal the planner can put right)."""
+    if not facts.steps:
+        return None
+    last = facts.steps[-1]
+    if last.state != StepState.NOT_DONE or last.refusal in CORRECTABLE:
+        return None
+    return f"step {last.key} ({last.tool}) did not happen: {last.detail}"
+
+
+def _unwind(
+    *,
+    lease: Lease,
+    facts: TaskFacts,
+    tools: Mapping[str, Tool],
+    policy: Policy,
+    now: datetime,
+) -> str | None:
+    """One step of unwinding a saga; a reason to stop, or None to go on."""
+    nxt = next_undo(facts.steps, policy)
+    if nxt is None:
+        task_finish(
+            lease=lease,
+            decision=Finish("compensated", raw={"harness": "unwound"}),
+            summary="Compensated. " + task_summary(facts.steps),
+            to=TaskStatus.COMPENSATED,
+        )
+        return "compensated"
+    if isinstance(nxt, UndoFailed):
+        raise _Handover(Attention.COMPENSATION_FAILED, nxt.why)
+    if isinstance(nxt, UndoLater):
+        if nxt.due > now:
+            _wait(lease, until=nxt.due, why=f"a retry of the undo of step {nxt.target.key}")
+            return "waiting"
+        nxt = Undo(nxt.target, nxt.retries)
+    target = nxt.target
+    done_by, undo = tools.get(target.tool), tools.get(target.undo_tool)
+    if done_by is None or undo is None:
+        raise _Handover(
+            Attention.TOOL_MISSING,
+            f"step {target.key} must be undone by {target.undo_tool}, which this task cannot use",
+        )
+    args = done_by.undo_args(target.args, target.evidence)
+    step = step_record(
+        lease=lease,
+        decision=Call(target.undo_tool, args, raw={"harness": "undo", "of": target.n}),
+        tools=tools,
+        facts=facts,
+        retries=nxt.retries,
+        policy=policy,
+        undo_of=target,
+    )
+    if step.state == StepState.PENDING:
+        step_perform(lease=lease, step=step, tool=undo, policy=policy)
+    return None
+
+
+def _still_standing(
+    *,
+    lease: Lease,
+    facts: TaskFacts,
+    tools: Mapping[str, Tool],
+    policy: Policy,
+    now: datetime,
+) -> bool:
+    """Before relying on what the saga holds (charging for it), ask the providers whether it
+    still stands. A lapsed effect hands the task to a person; a provider that cannot tell
+    makes the task wait and ask again."""
+    for fact in facts.steps:
+        tool = tools.get(fact.tool)
+        if fact.state != StepState.DONE or fact.offset or fact.offsets is not None or tool is None:
+            continue
+        try:
+            stands = tool.standing(fact.args, fact.evidence)
+        except Exception as exc:  # cannot tell: do not build on it yet
+            effect_checked(lease=lease, fact=fact, stands=None, error=type(exc).__name__)
+            delay = policy.lookup_schedule[0] if policy.lookup_schedule else 1.0
+            _wait(lease, until=now + timedelta(seconds=delay), why=f"news of step {fact.key}")
+            return False
+        if stands is None:
+            continue
+        effect_checked(lease=lease, fact=fact, stands=stands)
+        if not stands:
+            raise _Handover(
+                Attention.EFFECT_LAPSED,
+                f"step {fact.key} ({fact.tool}) no longer stands at the provider "
+                f"({dict(fact.evidence)}); nothing more was done on top of it: re-plan, or "
+                "compensate the saga",
+            )
+    return True
 
 
 def _decide(lease: Lease, planner: Planner, facts: TaskFacts) -> Decision:

@@ -25,6 +25,7 @@ def task_facts(*, task: Task) -> TaskFacts:
         kind=task.kind,
         goal=task.goal,
         refs=task.refs,
+        plan=task.plan,
         steps=[
             StepFact(
                 n=s.n,
@@ -39,6 +40,7 @@ def task_facts(*, task: Task) -> TaskFacts:
                 offset=s.offset_by_id is not None,
                 offsets=s.offsets_n,  # type: ignore[attr-defined]
                 retries=s.retries,
+                undo_tool=s.undo_tool,
                 transient=s.state == StepState.NOT_DONE and bool(s.outcome.get("transient")),
                 settled_at=s.settled_at,
             )

@@ -28,17 +28,31 @@ from journal.models import Attention, EntryKind, Task, TaskStatus
 # Who may follow whom. Mirrored by the trigger of migration 0004; change both together.
 TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     TaskStatus.RUNNABLE: frozenset(
-        {TaskStatus.WAITING, TaskStatus.NEEDS_HUMAN, TaskStatus.FINISHED}
+        {
+            TaskStatus.WAITING,
+            TaskStatus.NEEDS_HUMAN,
+            TaskStatus.FINISHED,
+            TaskStatus.AWAITING_APPROVAL,
+            TaskStatus.COMPENSATED,
+        }
     ),
     TaskStatus.WAITING: frozenset({TaskStatus.RUNNABLE, TaskStatus.NEEDS_HUMAN}),
+    TaskStatus.AWAITING_APPROVAL: frozenset({TaskStatus.RUNNABLE, TaskStatus.NEEDS_HUMAN}),
     TaskStatus.NEEDS_HUMAN: frozenset(
-        {TaskStatus.RUNNABLE, TaskStatus.FINISHED, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN}
+        {
+            TaskStatus.RUNNABLE,
+            TaskStatus.FINISHED,
+            TaskStatus.CANCELLED,
+            TaskStatus.COMPENSATED,
+            TaskStatus.NEEDS_HUMAN,
+        }
     ),
     TaskStatus.FINISHED: frozenset({TaskStatus.NEEDS_HUMAN}),
     TaskStatus.CANCELLED: frozenset({TaskStatus.NEEDS_HUMAN}),
+    TaskStatus.COMPENSATED: frozenset({TaskStatus.NEEDS_HUMAN}),
 }
 
-FINAL = (TaskStatus.FINISHED, TaskStatus.CANCELLED)
+FINAL = (TaskStatus.FINISHED, TaskStatus.CANCELLED, TaskStatus.COMPENSATED)
 ADVANCING = (TaskStatus.RUNNABLE, TaskStatus.WAITING)
 
 
@@ -81,7 +95,7 @@ def task_transition(
     changes: dict[str, Any] = {"status": to, "wake_at": wake_at}
     if to == TaskStatus.NEEDS_HUMAN:
         changes.update(attention=reason, attention_code=str(code))
-    elif to in (TaskStatus.RUNNABLE, TaskStatus.FINISHED, TaskStatus.CANCELLED):
+    else:
         changes.update(attention="", attention_code="")
     with transaction.atomic():
         if lease is not None:
@@ -97,9 +111,11 @@ def task_transition(
         kind = {
             TaskStatus.RUNNABLE: EntryKind.TASK_RESUMED,
             TaskStatus.WAITING: EntryKind.TASK_WAITING,
+            TaskStatus.AWAITING_APPROVAL: EntryKind.APPROVAL_REQUESTED,
             TaskStatus.NEEDS_HUMAN: EntryKind.TASK_FLAGGED,
             TaskStatus.FINISHED: EntryKind.TASK_FINISHED,
             TaskStatus.CANCELLED: EntryKind.TASK_CANCELLED,
+            TaskStatus.COMPENSATED: EntryKind.TASK_FINISHED,
         }[to]
         facts = {"from": rows[0], "to": str(to), **data}
         if reason:

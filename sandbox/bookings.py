@@ -13,6 +13,7 @@ from typing import Any
 
 from sandbox.common import (
     JSON,
+    ApiError,
     Provider,
     Request,
     base_arg_parser,
@@ -46,6 +47,8 @@ class Bookings(Provider):
     def __init__(self, *, key_lifetime: float = 86400.0, hold_expiry: float = 900.0) -> None:
         super().__init__(key_lifetime=key_lifetime)
         self.config["hold_expiry"] = hold_expiry
+        # Hotels with no room left: booking one is refused (422 no_availability).
+        self.config["full_hotels"] = []
         self.holds: dict[str, JSON] = {}
         self.hotels: dict[str, JSON] = {}
         self.route("POST", "/v1/flight_holds", self.create_hold, "flight_holds.create")
@@ -64,6 +67,10 @@ class Bookings(Provider):
     def apply_config(self, changes: JSON) -> None:
         if "hold_expiry" in changes:
             changes["hold_expiry"] = float(changes["hold_expiry"])
+        if "full_hotels" in changes:
+            full = changes["full_hotels"]
+            if not isinstance(full, list) or not all(isinstance(h, str) for h in full):
+                raise invalid("full_hotels must be a list of hotel names.", "full_hotels")
         super().apply_config(changes)
 
     def reset_objects(self) -> None:
@@ -135,6 +142,10 @@ class Bookings(Provider):
         check_out = _date(p, "check_out")
         if check_out <= check_in:
             raise invalid("check_out must be after check_in.", "check_out")
+        if hotel in self.config["full_hotels"]:
+            raise ApiError(
+                422, "booking_error", f"{hotel} has no room left.", code="no_availability"
+            )
         with self.lock:
             booking: JSON = {
                 "id": new_id("hb_"),

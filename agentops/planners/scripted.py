@@ -64,16 +64,11 @@ def renewal(facts: TaskFacts) -> Decision:
     return Finish(f"{r['invoice']} {outcome}; email {email.state}")
 
 
-TRIP = ("hold_flight", "book_hotel", "charge_customer", "send_email")
-
-
 def trip(facts: TaskFacts) -> Decision:
-    """Hold the flight, book the hotel, charge the card, email the itinerary."""
+    """The trip saga: its plan's steps in order (by default hold the flight, book the hotel,
+    charge the card, email the itinerary). When a step cannot happen, the harness unwinds
+    the saga; this playbook is asked only how to go forward."""
     r = facts.refs
-    for step in facts.steps:
-        if step.state == StepState.NOT_DONE:
-            return Finish(f"trip not booked: {step.tool} did not happen ({step.detail})")
-    done = {s.tool for s in facts.steps if s.state == StepState.DONE}
     args: dict[str, dict[str, Any]] = {
         "hold_flight": {"flight": r["flight"], "passenger": r["traveller"]},
         "book_hotel": {
@@ -96,9 +91,10 @@ def trip(facts: TaskFacts) -> Decision:
             "purpose": "itinerary",
         },
     }
-    for tool in TRIP:
-        if tool not in done:
-            return Call(tool, args[tool])
+    done = {s.tool for s in facts.steps if s.state == StepState.DONE and not s.offset}
+    for planned in facts.plan:
+        if planned["tool"] not in done:
+            return Call(planned["tool"], args[planned["tool"]])
     return Finish(f"trip {r['invoice']} booked")
 
 

@@ -44,6 +44,7 @@ class SchemaTool:
     schema: ClassVar[dict[str, Any]]
     cost: CostClass = CostClass.FULL
     compensation: str | None = None
+    irreversible: bool = False
     key_lifetime: timedelta = timedelta(hours=24)
     lookup_lag: timedelta = timedelta(0)
 
@@ -69,6 +70,12 @@ class SchemaTool:
 
     def once(self, args: Mapping[str, Any]) -> bool:
         return False
+
+    def undo_args(self, args: Mapping[str, Any], evidence: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError(f"{self.name} has no compensation")
+
+    def standing(self, args: Mapping[str, Any], evidence: Mapping[str, Any]) -> bool | None:
+        return None  # most effects cannot lapse by themselves
 
     @property
     def requests_per_call(self) -> int:

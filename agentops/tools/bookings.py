@@ -45,27 +45,35 @@ class BookingTool(SchemaTool):
             return Reply(seen.status, evidence=_evidence(seen.evidence))
         return seen
 
-    def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
-        if self.action:
-            url = f"{settings.BOOKINGS_API_BASE}/v1/{self.collection}/{args[self.id_arg]}"
-            params: dict[str, Any] | None = None
-        else:
-            url, params = f"{settings.BOOKINGS_API_BASE}/v1/{self.collection}", {"reference": key}
+    def current(self, object_id: str) -> dict[str, Any]:
+        """The object as the provider has it now; raises when it cannot be asked."""
         seen = http_call(
             "GET",
-            url,
+            f"{settings.BOOKINGS_API_BASE}/v1/{self.collection}/{object_id}",
             key=None,
             timeout=self.timeout,
             api_key=settings.BOOKINGS_API_KEY,
-            params=params,
         )
         if not isinstance(seen, Reply) or seen.status >= 300:
             raise LookupError(f"the bookings provider could not be asked: {seen}")
+        return dict(seen.evidence)
+
+    def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
         if self.action:
             # Acting on an existing object: our action landed iff the object shows it.
-            acted_on = seen.evidence
+            acted_on = self.current(args[self.id_arg])
             done = acted_on.get("status") == self.done_status
             return Outcome.done(_evidence(acted_on)) if done else None
+        seen = http_call(
+            "GET",
+            f"{settings.BOOKINGS_API_BASE}/v1/{self.collection}",
+            key=None,
+            timeout=self.timeout,
+            api_key=settings.BOOKINGS_API_KEY,
+            params={"reference": key},
+        )
+        if not isinstance(seen, Reply) or seen.status >= 300:
+            raise LookupError(f"the bookings provider could not be asked: {seen}")
         # Creating: an object carrying our reference is our effect, whatever became of it
         # since (a hold that has expired or been released was still made).
         mine = [o for o in seen.evidence.get("data", []) if o.get("reference") == key]
@@ -97,6 +105,13 @@ class HoldFlight(BookingTool):
 
     def once(self, args: Mapping[str, Any]) -> bool:
         return True  # one seat per passenger and flight, until it is released
+
+    def undo_args(self, args: Mapping[str, Any], evidence: Mapping[str, Any]) -> dict[str, Any]:
+        return {"hold": evidence["id"]}
+
+    def standing(self, args: Mapping[str, Any], evidence: Mapping[str, Any]) -> bool | None:
+        # A hold expires at the provider on its own: ask before building on it.
+        return self.current(evidence["id"]).get("status") == "held"
 
 
 class ReleaseFlight(BookingTool):
@@ -143,6 +158,12 @@ class BookHotel(BookingTool):
 
     def once(self, args: Mapping[str, Any]) -> bool:
         return True  # one room per guest, hotel and night, until it is cancelled
+
+    def undo_args(self, args: Mapping[str, Any], evidence: Mapping[str, Any]) -> dict[str, Any]:
+        return {"booking": evidence["id"]}
+
+    def standing(self, args: Mapping[str, Any], evidence: Mapping[str, Any]) -> bool | None:
+        return self.current(evidence["id"]).get("status") == "booked"
 
 
 class CancelHotel(BookingTool):

@@ -67,6 +67,8 @@ class SendEmail(SchemaTool):
         "additionalProperties": False,
     }
 
+    irreversible = True  # a message read cannot be unread: sagas send it last
+
     def __init__(self) -> None:
         self.key_lifetime = timedelta(seconds=settings.MAIL_KEY_LIFETIME_SECONDS)
 

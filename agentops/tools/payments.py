@@ -125,6 +125,9 @@ class ChargeCustomer(SchemaTool):
     def once(self, args: Mapping[str, Any]) -> bool:
         return True  # an invoice is paid once (again only after a full refund)
 
+    def undo_args(self, args: Mapping[str, Any], evidence: Mapping[str, Any]) -> dict[str, Any]:
+        return {"payment_intent": evidence["payment_intent"]}  # the whole payment
+
     @property
     def requests_per_call(self) -> int:
         # The library may retry a call; a lookup's requests share one timeout (Budget).

@@ -17,6 +17,7 @@ def sandbox_settings(
     for handle in (payments, mail, bookings):
         handle.client.config(key_lifetime=86400)
     payments.client.config(search_lag=0, webhook_url=None)
+    bookings.client.config(full_hotels=[], hold_expiry=900)
     return {
         "STRIPE_API_KEY": "sk_test_agentops",
         "STRIPE_API_BASE": payments.url,

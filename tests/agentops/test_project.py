@@ -103,7 +103,7 @@ def test_demo_seed_creates_the_operator_once_and_prints_the_password_once() -> N
     # The demo tasks are started once, through the normal service (so their runs are queued).
     demo = Task.objects.filter(goal__startswith="Demo:")
     kinds = sorted(demo.values_list("kind", flat=True))
-    assert kinds == ["reminders", "renewal", "renewal", "trip"]
+    assert kinds == ["reminders", "renewal", "renewal", "trip", "trip"]
     queued = [job.args[0] for job in django_rq.get_queue("default").get_jobs()]
     assert {str(pk) for pk in demo.values_list("pk", flat=True)} <= set(queued)
 

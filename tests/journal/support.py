@@ -91,7 +91,6 @@ class ChargeTool:
     cost: CostClass = CostClass.FULL
     key_lifetime: timedelta = timedelta(hours=24)
     lookup_lag: timedelta = timedelta(0)
-    compensation: str | None = None
     script: list[str] = field(default_factory=list)
     lookup_script: list[str] = field(default_factory=list)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -99,6 +98,8 @@ class ChargeTool:
     lookup_default: str = "ok"
     on_call: Any = None
     once_per_object: bool = False
+    compensation: str | None = None
+    irreversible: bool = False
 
     def validate(self, args: Mapping[str, Any]) -> list[str]:
         problems = []
@@ -114,6 +115,12 @@ class ChargeTool:
 
     def once(self, args: Mapping[str, Any]) -> bool:
         return self.once_per_object
+
+    def undo_args(self, args: Mapping[str, Any], evidence: Mapping[str, Any]) -> dict[str, Any]:
+        return {"invoice": args["invoice"], "amount": args["amount"], "undoes": evidence["id"]}
+
+    def standing(self, args: Mapping[str, Any], evidence: Mapping[str, Any]) -> bool | None:
+        return None
 
     def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
         behaviour = self.script.pop(0) if self.script else "ok"

@@ -33,6 +33,8 @@ def task_in(status: TaskStatus) -> Task:
         task_transition(task_id=task.pk, to=TaskStatus.CANCELLED)
     if status == TaskStatus.FINISHED:
         task_transition(task_id=task.pk, to=TaskStatus.FINISHED)
+    if status in (TaskStatus.AWAITING_APPROVAL, TaskStatus.COMPENSATED):
+        task_transition(task_id=task.pk, to=status)
     task.refresh_from_db()
     assert task.status == status
     return task

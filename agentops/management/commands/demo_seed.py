@@ -48,6 +48,20 @@ DEMO_TASKS: list[tuple[str, str, dict[str, Any]]] = [
         },
     ),
     (
+        "trip",
+        "book Ada's conference trip (above 3,000.00: the charge waits for an operator)",
+        {
+            "invoice": "TRIP-8",
+            "amount": 420000,
+            "email": "ada@example.com",
+            "flight": "BA492",
+            "traveller": "Ada Lovelace",
+            "hotel": "Chiado",
+            "check_in": "2027-04-12",
+            "check_out": "2027-04-16",
+        },
+    ),
+    (
         "reminders",
         "remind two customers of overdue invoices",
         {

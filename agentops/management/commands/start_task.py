@@ -18,6 +18,12 @@ class Command(BaseCommand):
         parser.add_argument("kind", help="renewal, trip or reminders (agentops/kinds.py)")
         parser.add_argument("--goal", required=True)
         parser.add_argument("--refs", default="{}", help="business references, as JSON")
+        parser.add_argument(
+            "--plan",
+            default=None,
+            help='a saga\'s plan, as JSON: [{"tool": "hold_flight"}, {"tool": "charge_customer", '
+            '"hold": true}, ...] (default: the kind\'s own)',
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -26,8 +32,16 @@ class Command(BaseCommand):
             raise CommandError(f"--refs is not JSON: {exc}") from exc
         if not isinstance(refs, dict):
             raise CommandError("--refs must be a JSON object")
+        plan = None
+        if options["plan"] is not None:
+            try:
+                plan = json.loads(options["plan"])
+            except json.JSONDecodeError as exc:
+                raise CommandError(f"--plan is not JSON: {exc}") from exc
         try:
-            task = task_start(kind=options["kind"], goal=options["goal"], refs=refs, actor="cli")
+            task = task_start(
+                kind=options["kind"], goal=options["goal"], refs=refs, actor="cli", plan=plan
+            )
         except UnknownKind as exc:
             raise CommandError(str(exc)) from exc
         except TaskRefused as exc:
