@@ -6,6 +6,8 @@ PYTHON ?= python3
 PYTEST_ARGS ?=
 VENV := .venv
 STAMP := $(VENV)/.installed
+# The browser tests drive Debian's Chromium (never one a tool downloads).
+CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: run test bench
 
@@ -14,7 +16,7 @@ run: $(STAMP)
 
 # mypy's django plugin imports agentops.settings, which insists on a DATABASE_URL and, with
 # DEBUG off, a secret key. It never connects, so placeholders do.
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check .
 	DJANGO_DEBUG=1 DATABASE_URL=postgres://typecheck@127.0.0.1/typecheck $(VENV)/bin/mypy .
 	$(VENV)/bin/python scripts/stack.py test -- $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
@@ -22,6 +24,15 @@ test: $(STAMP)
 # A 100-task renewal batch on 1, then 2 workers, against durable throwaway servers.
 bench: $(STAMP)
 	$(VENV)/bin/python scripts/stack.py bench -- $(VENV)/bin/python scripts/bench_batch.py $(BENCH_ARGS)
+
+# Installed when missing, as root (CI is); otherwise say how.
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "the browser tests need Debian's chromium at $(CHROMIUM): sudo apt-get install chromium"; \
+		exit 1; \
+	fi
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

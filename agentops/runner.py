@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 from datetime import datetime
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -143,6 +144,14 @@ def task_resume(*, task_id: UUID, actor: str, reason: str) -> TaskStatus:
 def task_cancel(*, task_id: UUID, actor: str, reason: str) -> None:
     """A person stops a task that needs a human (journal.operator)."""
     operator.task_cancel(task_id=task_id, actor=actor, reason=reason)
+
+
+def steps_reconcile_now(*, step_ids: list[int], actor: str, reason: str = "") -> None:
+    """A person has these open steps looked up now (journal.operator); their tasks are rung."""
+    with transaction.atomic():
+        woken = operator.steps_reconcile_now(step_ids=step_ids, actor=actor, reason=reason)
+        for task_id in woken:
+            transaction.on_commit(partial(task_ring, task_id=task_id))
 
 
 def task_approve(*, task_id: UUID, approval_id: int, digest: str, actor: str) -> bool:

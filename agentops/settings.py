@@ -75,6 +75,8 @@ INSTALLED_APPS = [
     "axes",
     "journal",
     "agentops",
+    "agentops.operators",
+    "agentops.customers",
 ]
 
 AUTHENTICATION_BACKENDS = [
@@ -93,6 +95,11 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Default deny: every page needs a login but those marked open (login, the customer's
+    # payment page, the Stripe webhook; /healthz is answered before any of this).
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    # The pages' Content-Security-Policy: scripts, styles and images from this site only.
+    "agentops.security.ContentSecurityPolicyMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -260,7 +267,11 @@ AXES_CLIENT_IP_CALLABLE = "agentops.access.client_ip"
 AXES_RESET_ON_SUCCESS = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-LOGIN_URL = "admin:login"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "operators:tasks"
+LOGOUT_REDIRECT_URL = "login"
+# How long a customer's payment link (agentops/customers) stays valid.
+CUSTOMER_LINK_MAX_AGE_DAYS = int(os.environ.get("CUSTOMER_LINK_MAX_AGE_DAYS", "30"))
 
 # A client's X-Forwarded-Proto is believed only when an operator says a proxy is in front
 # (one that sets the header itself and drops what clients send). The gunicorn settings

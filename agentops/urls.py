@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
 from django_rq.urls import get_admin_urlpatterns, get_api_urlpatterns
 
@@ -17,6 +18,14 @@ queue_urls: list[URLPattern] = [
 ]
 
 urlpatterns: list[URLPattern | URLResolver] = [
+    path("", include("agentops.operators.urls")),
+    path("pay/", include("agentops.customers.urls")),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="operators/login.html"),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("django-rq/", include((queue_urls, "django_rq"))),
     path("webhooks/stripe", views.stripe_webhook, name="stripe-webhook"),

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 
+from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -12,6 +13,7 @@ log = logging.getLogger(__name__)
 
 
 @csrf_exempt  # authenticated by Stripe's signature over the raw body instead
+@login_not_required  # the same: no session, a signature
 @require_POST
 def stripe_webhook(request: HttpRequest) -> HttpResponse:
     try:

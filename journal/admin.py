@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from journal.models import Entry, Step, Task
+from journal.models import Approval, Entry, Step, Task
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -51,3 +51,9 @@ class StepAdmin(ReadOnlyAdmin):
 class EntryAdmin(ReadOnlyAdmin):
     list_display = ["id", "at", "kind", "actor", "step"]
     list_filter = ["kind"]
+
+
+@admin.register(Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    list_display = ["id", "task", "tool", "state", "decided_by", "requested_at", "expires_at"]
+    list_filter = ["state", "tool"]

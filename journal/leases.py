@@ -53,6 +53,7 @@ def lease_acquire(*, task_id: UUID, owner: str, seconds: float | None = None) ->
                SET lease_token = lease_token + 1,
                    lease_owner = %s,
                    lease_expires_at = now() + make_interval(secs => %s),
+                   lease_taken_at = now(),
                    failed_runs = failed_runs + 1
              WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at <= now())
          RETURNING lease_token, failed_runs - 1

@@ -109,6 +109,10 @@ class Task(models.Model):
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_token = models.BigIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_taken_at = models.DateTimeField(null=True, blank=True)
+    # Whether it ended without every effect it decided being done (a filter for operators;
+    # the summary says which and why). Set once, when it finishes.
+    shortfall = models.BooleanField(default=False)
     # Runs taken up since the last one that ended cleanly: a task whose runs keep dying
     # (a crashing worker, a lost database) is handed to a human instead of re-run forever.
     failed_runs = models.PositiveIntegerField(default=0)
@@ -117,6 +121,15 @@ class Task(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # What an operator may do, each granted on its own (agentops/operators).
+        permissions = [
+            ("start_task", "Can start a task"),
+            ("reconcile_step", "Can have a step reconciled now"),
+            ("resolve_step", "Can settle a step by hand"),
+            ("decide_approval", "Can approve or reject a held saga step"),
+            ("compensate_saga", "Can have a saga compensate"),
+            ("resume_task", "Can resume or cancel a task that needs a human"),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=TaskStatus.values), name="journal_task_status_valid"
@@ -137,6 +150,9 @@ class Task(models.Model):
                 condition=Q(status__in=[TaskStatus.RUNNABLE, TaskStatus.WAITING]),
                 name="journal_task_advancing",
             ),
+            # The operators' list: newest first, and by status.
+            models.Index(fields=["-created_at"], name="journal_task_newest"),
+            models.Index(fields=["status", "-created_at"], name="journal_task_status_newest"),
         ]
 
     def __str__(self) -> str:

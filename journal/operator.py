@@ -21,8 +21,9 @@ from journal.models import (
     Task,
     TaskStatus,
 )
-from journal.outcomes import LIVE_STATES, StepState
+from journal.outcomes import LIVE_STATES, Outcome, StepState
 from journal.sagas import approval_expire, is_expired, saga_unwind
+from journal.settle import step_settle
 from journal.status import TransitionRefused, task_transition
 
 
@@ -270,3 +271,96 @@ def saga_compensate(*, task_id: UUID, actor: str, reason: str) -> None:
                 actor=actor,
                 reason=f"compensating, by {actor}: {why}",
             )
+
+
+# --- Steps: reconcile now, settle by hand ---------------------------------------------------
+
+
+def steps_reconcile_now(*, step_ids: list[int], actor: str, reason: str = "") -> list[UUID]:
+    """Have open steps looked up at once (by key; retried with the same key only while it is
+    trusted — the runner decides, from each step's record). Their tasks wake: a waiting task
+    becomes runnable, and a task handed to a person for such a step goes on. Returns the
+    tasks to ring for. Settled steps, and steps of tasks that are over, are left alone."""
+    woken: list[UUID] = []
+    with transaction.atomic():
+        steps = list(
+            Step.objects.select_related("task")
+            .select_for_update(of=("self",))
+            .filter(pk__in=step_ids, state__in=LIVE_STATES)
+            .exclude(
+                task__status__in=[
+                    TaskStatus.FINISHED,
+                    TaskStatus.CANCELLED,
+                    TaskStatus.COMPENSATED,
+                    TaskStatus.AWAITING_APPROVAL,
+                ]
+            )
+            .order_by("task_id", "n")
+        )
+        for step in steps:
+            Step.objects.filter(pk=step.pk).update(next_check_at=Now())
+            entry(
+                kind=EntryKind.OPERATOR_ACTION,
+                task_id=step.task_id,
+                step_id=step.pk,
+                actor=actor,
+                action="reconcile",
+                reason=reason or "reconcile now",
+            ).save()
+            if step.task_id in woken:
+                continue
+            woken.append(step.task_id)
+            status = (
+                Task.objects.select_for_update()
+                .values_list("status", flat=True)
+                .get(pk=step.task_id)
+            )
+            if status in (TaskStatus.WAITING, TaskStatus.NEEDS_HUMAN):
+                if status == TaskStatus.NEEDS_HUMAN:
+                    Task.objects.filter(pk=step.task_id).update(failed_runs=0)
+                task_transition(
+                    task_id=step.task_id,
+                    to=TaskStatus.RUNNABLE,
+                    frm=[TaskStatus.WAITING, TaskStatus.NEEDS_HUMAN],
+                    actor=actor,
+                    step_id=step.pk,
+                    reason=f"reconcile {step.key} now, by {actor}",
+                )
+    return woken
+
+
+def step_resolve(
+    *, step_id: int, actor: str, done: bool, evidence: str = "", reason: str = ""
+) -> None:
+    """Settle by hand a step nobody can settle automatically: its task needs a person and the
+    step is still open. ``done`` with the evidence the person found at the provider (a charge
+    id, a message id), or not done with the reason. Recorded like any report (monotone: a
+    later contradicting report is a conflict), and as the person's action. The task stays
+    with the person, who resumes it when ready."""
+    why = _why(reason)
+    if done and not evidence.strip():
+        raise TransitionRefused("give the evidence you found (a charge or message id)")
+    with transaction.atomic():
+        step = Step.objects.select_related("task").get(pk=step_id)
+        if step.state not in LIVE_STATES or step.task.status != TaskStatus.NEEDS_HUMAN:
+            raise TransitionRefused(
+                f"step {step.key} is {step.state} and its task is "
+                f"{TaskStatus(step.task.status).label}: only an open step of a task that needs "
+                "a person is settled by hand"
+            )
+        outcome = (
+            Outcome.done({"reference": evidence.strip()[:200], "resolved_by": actor}, why)
+            if done
+            else Outcome.not_done(f"settled by hand by {actor}: {why}", resolved_by=actor)
+        )
+        entry(
+            kind=EntryKind.OPERATOR_ACTION,
+            task_id=step.task_id,
+            step_id=step.pk,
+            actor=actor,
+            action="resolve",
+            state=outcome.state,
+            reason=why,
+            evidence=evidence.strip()[:200],
+        ).save()
+        step_settle(step_id=step.pk, outcome=outcome, via="operator", actor=actor)

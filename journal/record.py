@@ -313,7 +313,12 @@ class _Refuser:
 
 
 def task_finish(
-    *, lease: Lease, decision: Finish, summary: str, to: TaskStatus = TaskStatus.FINISHED
+    *,
+    lease: Lease,
+    decision: Finish,
+    summary: str,
+    to: TaskStatus = TaskStatus.FINISHED,
+    shortfall: bool = False,
 ) -> Step:
     """Record the decision that the task is over; it is a step like any other.
 
@@ -337,6 +342,8 @@ def task_finish(
             settled_at=Now(),
             decision=_json_or_repr(decision.raw),
         )
+        if shortfall:
+            Task.objects.filter(pk=lease.task_id).update(shortfall=True)
         task_transition(
             task_id=lease.task_id,
             to=to,

@@ -55,7 +55,7 @@ from journal.sagas import (
 )
 from journal.selectors import task_facts, task_open_step
 from journal.status import FINAL, task_flag, task_transition
-from journal.summary import task_summary
+from journal.summary import fell_short, task_summary
 
 
 @dataclass(frozen=True)
@@ -227,7 +227,12 @@ def _advance(
                 decision = _decide(lease, planner, facts)
             retries = 0
         if isinstance(decision, Finish):
-            task_finish(lease=lease, decision=decision, summary=task_summary(facts.steps))
+            task_finish(
+                lease=lease,
+                decision=decision,
+                summary=task_summary(facts.steps),
+                shortfall=fell_short(facts.steps),
+            )
             return Advance("finished", performed)
         if rules is not None and approval is None and retries == 0:
             why = rules.hold(tool=decision.tool, args=decision.args, facts=facts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from uuid import UUID
 
 from django.db.models import F, Q, QuerySet
@@ -20,6 +21,12 @@ def task_facts(*, task: Task) -> TaskFacts:
         .annotate(offsets_n=F("offsets__n"))
         .order_by("n")
     )
+    return task_facts_of(task=task, steps=steps)
+
+
+def task_facts_of(*, task: Task, steps: Iterable[Step]) -> TaskFacts:
+    """The facts of ``task`` from steps already read (annotated with ``offsets_n``)."""
+    steps = [s for s in steps if s.kind == StepKind.CALL]
     return TaskFacts(
         task_id=str(task.pk),
         kind=task.kind,

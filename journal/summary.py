@@ -53,18 +53,29 @@ def superseded(steps: Sequence[StepFact]) -> set[int]:
 
 
 def task_summary(steps: Sequence[StepFact]) -> str:
-    """``2 done, 1 not done. Done: …. Not done: ….`` — every decided call, in four groups."""
+    """``2 done, 1 not done. Done: …. Not done: ….`` — every decided call, in groups: done,
+    done and undone since (with what undid it), not done, unknown, refused."""
     if not steps:
         return "Nothing was done: no step was decided."
-    groups: dict[str, list[str]] = {"done": [], "not done": [], "unknown": [], "refused": []}
+    groups: dict[str, list[str]] = {
+        "done": [],
+        "undone": [],
+        "not done": [],
+        "unknown": [],
+        "refused": [],
+    }
     skip = superseded(steps)
+    undoers = {s.offsets: s for s in steps if s.offsets is not None and s.state == StepState.DONE}
     for step in steps:
-        if step.n in skip:
-            continue
+        if step.n in skip or (step.offsets is not None and step.state == StepState.DONE):
+            continue  # a retry stands for what it retried; a done undo, for its effect below
         label = _label(step)
-        if step.state == StepState.DONE:
-            undone = ", since undone" if step.offset else ""
-            groups["done"].append(f"{label} ({evidence_label(step.evidence)}{undone})")
+        if step.state == StepState.DONE and step.offset:
+            undo = undoers.get(step.n)
+            by = f" by {undo.tool} ({evidence_label(undo.evidence)})" if undo else ""
+            groups["undone"].append(f"{label} ({evidence_label(step.evidence)}), undone{by}")
+        elif step.state == StepState.DONE:
+            groups["done"].append(f"{label} ({evidence_label(step.evidence)})")
         elif step.state == StepState.NOT_DONE and step.refusal:
             # The refusal's first clause is the fact; the rest told the model what to do.
             groups["refused"].append(f"{label} — {step.detail.split('; ')[0]}")
@@ -77,3 +88,10 @@ def task_summary(steps: Sequence[StepFact]) -> str:
         f"{name.capitalize()}: {'; '.join(items)}." for name, items in groups.items() if items
     )
     return f"{counts}. {details}"
+
+
+def fell_short(steps: Sequence[StepFact]) -> bool:
+    """Whether some decided call is not done (or not known to be): what operators filter
+    as "failed", with the summary saying which and why."""
+    skip = superseded(steps)
+    return any(s.state != StepState.DONE and s.n not in skip for s in steps)

@@ -108,6 +108,7 @@ def fleet(
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("AGENTOPS_CHAOS_KILL", None)
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the browser tests' allowance stays with them
     # Workers run as the app's own role, like production: no owner credentials.
     env.pop("DATABASE_OWNER_URL", None)
     fleet = Fleet(env, logs=tmp_path)

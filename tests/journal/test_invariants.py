@@ -69,7 +69,9 @@ class JournalMachine(RuleBasedStateMachine):
         # Time is the machine's to move (FoundationDB-style), so every run of a seed takes
         # the same path: lookups wait "an hour" until the time_passes rule, and a dead
         # runner's lease lasts until the lease rule ends it.
-        self.policy = Policy(lookup_schedule=(0.0, 3600.0, 3600.0))
+        # Retries of a call that never left come at once: a wall-clock backoff would make a
+        # seed's path depend on how fast the machine is.
+        self.policy = Policy(lookup_schedule=(0.0, 3600.0, 3600.0), transient_retry_delays=(0.0,))
         self.settings = override_settings(JOURNAL_LEASE_SECONDS=3600.0)
         self.settings.enable()
 

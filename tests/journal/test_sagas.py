@@ -138,9 +138,7 @@ def test_an_approval_cannot_be_used_for_another_call_or_twice() -> None:
             lease=lease, decision=charge(invoice(), amount=1), tools=tools, approval=approval
         )
     assert not Step.objects.filter(task=task).exists()  # refused whole: nothing recorded
-    step = step_record(
-        lease=lease, decision=charge(inv), tools=tools, approval=approval
-    )
+    step = step_record(lease=lease, decision=charge(inv), tools=tools, approval=approval)
     assert Approval.objects.get(pk=approval.pk).used_by_id == step.pk
     with pytest.raises(ApprovalNotUsable):
         step_record(lease=lease, decision=charge(invoice()), tools=tools, approval=approval)

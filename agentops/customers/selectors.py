@@ -1,0 +1,89 @@
+"""An invoice's payment as its customer sees it: done, not done, or unknown — never two."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from django.db.models import Q
+
+from journal.models import Step, Task
+from journal.outcomes import LIVE_STATES, StepState
+from journal.status import ADVANCING
+
+
+class PaymentState(StrEnum):
+    DONE = "done"
+    NOT_DONE = "not_done"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Payment:
+    invoice: str
+    state: PaymentState
+    amount: int | None = None
+    currency: str = ""
+    paid_at: datetime | None = None
+    reference: str = ""
+    next_check_at: datetime | None = None
+    refunded: bool = False
+    retryable: bool = False
+
+    @property
+    def amount_text(self) -> str:
+        if self.amount is None:
+            return ""
+        return f"{self.amount / 100:,.2f} {self.currency.upper()}"
+
+
+def payment_of(*, invoice: str) -> Payment | None:
+    """The state of the invoice's payment, from the journal; None when no task knows it."""
+    tasks = Task.objects.filter(
+        Q(refs__invoice__iexact=invoice) | Q(steps__guard__iexact=f"charge:{invoice}")
+    ).distinct()
+    if not tasks.exists():
+        return None
+    charge = (
+        Step.objects.filter(tool="charge_customer", guard__iexact=f"charge:{invoice}")
+        .exclude(refusal__in=["in_flight", "already_done"])
+        .order_by("-created_at", "-n")
+        .first()
+    )
+    in_progress = tasks.filter(status__in=ADVANCING).exists()
+    retryable = tasks.filter(kind="renewal").exists()
+    if charge is None:
+        state = PaymentState.UNKNOWN if in_progress else PaymentState.NOT_DONE
+        return Payment(invoice=invoice, state=state, retryable=retryable)
+    amount, currency = charge.args.get("amount"), str(charge.args.get("currency", ""))
+    if charge.state in LIVE_STATES:
+        return Payment(
+            invoice=invoice,
+            state=PaymentState.UNKNOWN,
+            amount=amount,
+            currency=currency,
+            next_check_at=charge.next_check_at,
+        )
+    if charge.state == StepState.DONE and charge.offset_by_id is None:
+        evidence = charge.evidence
+        return Payment(
+            invoice=invoice,
+            state=PaymentState.DONE,
+            amount=amount,
+            currency=currency,
+            paid_at=charge.settled_at,
+            reference=str(evidence.get("charge") or evidence.get("payment_intent") or ""),
+        )
+    if in_progress:  # a retry of a charge the provider could not take is on its way
+        return Payment(
+            invoice=invoice, state=PaymentState.UNKNOWN, amount=amount, currency=currency
+        )
+    return Payment(
+        invoice=invoice,
+        state=PaymentState.NOT_DONE,
+        amount=amount,
+        currency=currency,
+        refunded=charge.state == StepState.DONE,
+        retryable=retryable,
+    )

@@ -1,0 +1,156 @@
+"""Forms of the operators' pages: an operator's form is outside input like any other."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from django import forms
+
+from agentops.kinds import TaskKind
+
+
+class ReasonForm(forms.Form):
+    """Confirm an action; ``reason`` is required where the action asks for one."""
+
+    reason = forms.CharField(
+        max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
+
+    def __init__(self, *args: Any, reason_required: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["reason"].required = reason_required
+
+
+class ResolveForm(forms.Form):
+    outcome = forms.ChoiceField(
+        choices=[("done", "it happened"), ("not_done", "it did not happen")],
+        widget=forms.RadioSelect,
+    )
+    evidence = forms.CharField(
+        max_length=200,
+        required=False,
+        help_text="What you found at the provider (a charge, message or booking id).",
+    )
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("outcome") == "done" and not (data.get("evidence") or "").strip():
+            self.add_error("evidence", "Give the evidence you found at the provider.")
+        return data
+
+
+class ApproveForm(forms.Form):
+    approval = forms.IntegerField(widget=forms.HiddenInput)
+    digest = forms.CharField(max_length=64, widget=forms.HiddenInput)
+
+
+class RejectForm(forms.Form):
+    approval = forms.IntegerField(widget=forms.HiddenInput)
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+# --- Starting a task: a form built from the kind's refs schema ------------------------------
+
+ROWS_HELP = "One per line: invoice, email[, reminder number]."
+
+
+class StartTaskForm(forms.Form):
+    """Fields from the kind's JSON schema for its refs; the same checks as ``start_task``."""
+
+    goal = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def __init__(self, *args: Any, kind: TaskKind, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kind = kind
+        schema = kind.refs_schema
+        required = set(schema.get("required", []))
+        for name, spec in schema["properties"].items():
+            self.fields[name] = _field(name, spec, required=name in required)
+        if kind.saga is not None:
+            self.fields["hold"] = forms.MultipleChoiceField(
+                choices=[(t, t) for t in kind.saga.steps],
+                required=False,
+                widget=forms.CheckboxSelectMultiple,
+                help_text="Steps a person approves before they run.",
+            )
+
+    def refs(self) -> dict[str, Any]:
+        """The refs as the kind's schema wants them (validated by ``task_start``)."""
+        out: dict[str, Any] = {}
+        for name, spec in self.kind.refs_schema["properties"].items():
+            value = self.cleaned_data.get(name)
+            if value in (None, ""):
+                continue
+            if spec.get("type") == "array":
+                out[name] = _rows(str(value))
+            else:
+                out[name] = value
+        return out
+
+    def plan(self) -> list[dict[str, Any]] | None:
+        if self.kind.saga is None:
+            return None
+        held = set(self.cleaned_data.get("hold") or [])
+        return [{"tool": t, **({"hold": True} if t in held else {})} for t in self.kind.saga.steps]
+
+
+def _field(name: str, spec: Mapping[str, Any], *, required: bool) -> forms.Field:
+    label = name.replace("_", " ")
+    if "enum" in spec:
+        choices = [("", "—")] + [(v, v) for v in spec["enum"]]
+        return forms.ChoiceField(label=label, choices=choices, required=required)
+    if spec.get("type") == "integer":
+        return forms.IntegerField(
+            label=label,
+            required=required,
+            min_value=spec.get("minimum"),
+            help_text="in minor units (4900 = 49.00)" if name == "amount" else "",
+        )
+    if spec.get("type") == "array":
+        return forms.CharField(
+            label=label,
+            required=required,
+            widget=forms.Textarea(attrs={"rows": 3}),
+            help_text=ROWS_HELP,
+        )
+    widget: forms.Widget | None = None
+    if spec.get("format") == "date":
+        widget = forms.DateInput(attrs={"type": "date"})
+    elif name == "email":
+        widget = forms.EmailInput()
+    return forms.CharField(label=label, required=required, max_length=254, widget=widget)
+
+
+def _rows(text: str) -> list[dict[str, Any]]:
+    rows = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if not any(parts):
+            continue
+        row: dict[str, Any] = {"invoice": parts[0]}
+        if len(parts) > 1:
+            row["email"] = parts[1]
+        if len(parts) > 2 and parts[2]:
+            row["reminder"] = int(parts[2]) if parts[2].isdigit() else parts[2]
+        rows.append(row)
+    return rows
+
+
+def problems_by_field(form: forms.Form, problems: list[str]) -> None:
+    """Put ``task_start``'s sentences beside the fields they are about."""
+    for problem in problems:
+        where, _, message = problem.partition(": ")
+        name = where.removeprefix("refs.").split(".")[0]
+        if where == "goal":
+            form.add_error("goal", message)
+        elif name in form.fields and where.startswith("refs."):
+            form.add_error(name, message)
+        else:
+            form.add_error(None, problem)
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False, default=str)

@@ -1,0 +1,42 @@
+"""Small filters for the operators' pages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    """A value as indented JSON (escaped by the template like any text)."""
+    return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@register.filter
+def seconds(value: float | None) -> str:
+    """``4 h 12 min``, ``37 s``: a duration as a person reads it."""
+    if value is None:
+        return ""
+    s = int(value)
+    if s >= 86400:
+        return f"{s // 86400} d {s % 86400 // 3600} h"
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    if s >= 60:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s} s"
+
+
+@register.filter
+def slug(value: str) -> str:
+    """A badge's text as a CSS class: ``not done`` → ``not-done``."""
+    return str(value).replace(" ", "-").replace("_", "-")
+
+
+@register.filter
+def get(mapping: dict[Any, Any], key: Any) -> Any:
+    return mapping.get(key)

@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from django.urls import URLPattern, path
+
+from agentops.operators import views
+
+app_name = "operators"
+
+urlpatterns: list[URLPattern] = [
+    path("", views.task_list, name="tasks"),
+    path("tasks/new", views.task_new, name="new"),
+    path("tasks/reconcile", views.tasks_reconcile, name="reconcile"),
+    path("tasks/<uuid:task_id>", views.task_detail, name="task"),
+    path("tasks/<uuid:task_id>/steps/<int:n>/<slug:action>", views.task_action, name="step-action"),
+    path("tasks/<uuid:task_id>/<slug:action>", views.task_action, name="action"),
+]

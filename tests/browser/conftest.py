@@ -1,0 +1,115 @@
+"""Real pages in a real browser: Playwright driving Debian's Chromium (issue 10).
+
+``make test`` installs Chromium (``apt-get install chromium``) when it is missing; the
+Playwright Python package comes with the dev dependencies and drives that binary, never a
+browser it downloads. Set AGENTOPS_SCREENSHOTS=docs/screenshots to (re)write the README's
+screenshots while the tests run.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = Path(os.environ.get("AGENTOPS_CHROMIUM", "/usr/bin/chromium"))
+FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PASSWORD = "browser-Test-pass-42"
+
+
+# Per module, not per session: while Playwright's loop runs, Django keeps each context's
+# database connection apart, and later tests must not run inside it.
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM.exists(), (
+        f"{CHROMIUM} is missing: `make test` installs Debian's chromium (as root), or "
+        "`sudo apt-get install chromium`"
+    )
+    # Playwright's sync API keeps an event loop on the test's thread, and Django refuses
+    # database calls made while one runs. The test's own ORM calls between browser calls are
+    # synchronous and safe: allow them, for the browser tests only (never in a subprocess).
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+            yield launched
+            launched.close()
+    finally:
+        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    yield from _page(browser, {"width": 1280, "height": 900})
+
+
+@pytest.fixture
+def customer(browser: Any) -> Iterator[Any]:
+    """A customer's browser: no session, a phone-sized window."""
+    yield from _page(browser, {"width": 800, "height": 700})
+
+
+def _page(browser: Any, viewport: dict[str, int]) -> Iterator[Any]:
+    # Closed at the end, so no page keeps polling the app while the test database goes.
+    context = browser.new_context(viewport=viewport)
+    opened = context.new_page()
+    opened.set_default_timeout(20_000)
+    problems: list[str] = []
+    opened.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    opened.on("pageerror", lambda e: problems.append(str(e)))
+    yield opened
+    context.close()
+    # A CSP violation or a script error is a failure of the page, not noise.
+    assert problems == [], problems
+
+
+def operator(*groups: str) -> str:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    name = f"ops-{uuid.uuid4().hex[:8]}"
+    made = get_user_model().objects.create_user(username=name, password=PASSWORD)
+    for group in groups or ("Operators",):
+        made.groups.add(Group.objects.get(name=group))
+    return name
+
+
+def log_in(page: Any, base: str, username: str) -> None:
+    page.goto(f"{base}/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/")
+
+
+def screenshot(page: Any, name: str) -> None:
+    folder = os.environ.get("AGENTOPS_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture(autouse=True)
+def _close_connections() -> Iterator[None]:
+    """While Playwright's loop runs on this thread, Django keeps this test's database
+    connection apart from the thread's usual one: close it here, in the test's own context,
+    or it outlives the session and keeps the test database from being dropped."""
+    yield
+    from django.db import connections
+
+    connections.close_all()

@@ -1,0 +1,174 @@
+"""The operators' and customers' pages in Chromium, against real workers and the sandbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentops.customers.links import payment_link
+from agentops.runner import task_start
+from journal.models import Approval, Task
+from tests.agentops.workers import Fleet
+from tests.browser.conftest import log_in, operator, screenshot
+from tests.journal.support import invoice
+from tests.sandbox.fixtures import SandboxHandle, wait_for
+
+pytestmark = pytest.mark.usefixtures("committed")
+
+
+def renewal(inv: str) -> Task:
+    return task_start(
+        kind="renewal",
+        goal="Renew Ada's plan (the provider takes its time)",
+        refs={"invoice": inv, "amount": 4900, "email": "ada@example.com"},
+    )
+
+
+def trip(**change: Any) -> Task:
+    tag = invoice()
+    refs = {
+        "invoice": tag,
+        "amount": 420000,
+        "email": "alan@example.com",
+        "flight": "TP1351",
+        "traveller": f"Alan {tag}",
+        "hotel": f"Alfama {tag}",
+        "check_in": "2027-03-01",
+        "check_out": "2027-03-04",
+        **change,
+    }
+    return task_start(kind="trip", goal="Alan's trip to Lisbon, above 3,000.00", refs=refs)
+
+
+def status(task: Task) -> str:
+    return Task.objects.get(pk=task.pk).status
+
+
+def test_an_operator_watches_the_six_second_charge_go_from_unknown_to_done(
+    fleet: Fleet, app_server: str, payments_sandbox: SandboxHandle, page: Any
+) -> None:
+    # Shrunk: the client gives up at 0.5 s, the charge lands at 4 s.
+    payments_sandbox.client.fault("payment_intents.create", "latency_before_effect", delay=4.0)
+    fleet.worker()
+    log_in(page, app_server, operator("Operators (read-only)"))
+    task = renewal(invoice())
+    wait_for(lambda: status(task) == "waiting", timeout=20, what="the charge to be unknown")
+    page.goto(f"{app_server}/tasks/{task.pk}")
+    page.wait_for_selector("#step-1 .badge.state-unknown")
+    page.evaluate("window.loadedOnce = true")
+    # No reload: the page polls, and the step turns done when the lookup finds the charge.
+    page.wait_for_selector("#step-1 .badge.state-done", timeout=30_000)
+    page.wait_for_selector("#task-head .badge.status-finished", timeout=30_000)
+    assert page.evaluate("window.loadedOnce") is True
+    assert "unknown" in page.inner_text("#step-1 ol.events")  # the timeline keeps the story
+    screenshot(page, "task-six-second-charge")
+
+
+def test_an_operator_approves_a_held_saga_and_it_completes(
+    fleet: Fleet, app_server: str, payments_sandbox: SandboxHandle, page: Any
+) -> None:
+    fleet.worker()
+    task = trip()
+    wait_for(lambda: status(task) == "awaiting_approval", timeout=20, what="the hold")
+    log_in(page, app_server, operator())
+    page.goto(f"{app_server}/tasks/{task.pk}")
+    page.click("#held .action-approve")
+    page.click("#task-confirm button[type=submit]")
+    page.wait_for_selector("#task-head .badge.status-finished", timeout=30_000)
+    held = Approval.objects.get(task=task)
+    assert held.state == "used" and held.decided_by.startswith("ops-")
+    charges = [
+        e
+        for e in payments_sandbox.client.ledger(operation="payment_intents.create")
+        if (e["params"].get("metadata") or {}).get("invoice") == task.refs["invoice"]
+    ]
+    assert len(charges) == 1
+
+
+def test_an_operator_compensates_a_held_saga(
+    fleet: Fleet, app_server: str, bookings_sandbox: SandboxHandle, page: Any
+) -> None:
+    fleet.worker()
+    task = trip()
+    wait_for(lambda: status(task) == "awaiting_approval", timeout=20, what="the hold")
+    log_in(page, app_server, operator())
+    page.goto(f"{app_server}/tasks/{task.pk}")
+    page.click("#task-head .action-compensate")
+    page.fill("#task-confirm textarea[name=reason]", "the customer cancelled")
+    page.click("#task-confirm button[type=submit]")
+    page.wait_for_selector("#task-head .badge.status-compensated", timeout=30_000)
+    assert page.locator("tbody.step .badge.state-compensated").count() == 2  # hold, hotel
+    undone = {
+        e["operation"]
+        for e in bookings_sandbox.client.ledger(reference=None)
+        if e["reference"] and e["reference"].startswith(f"ao:{task.pk}")
+    }
+    assert {"flight_holds.release", "hotel_bookings.cancel"} <= undone
+    screenshot(page, "task-compensated-saga")
+
+
+def test_a_customer_sees_their_payment_go_from_unknown_to_done(
+    fleet: Fleet, app_server: str, payments_sandbox: SandboxHandle, customer: Any
+) -> None:
+    payments_sandbox.client.fault("payment_intents.create", "latency_before_effect", delay=4.0)
+    fleet.worker()
+    inv = invoice()
+    task = renewal(inv)
+    wait_for(lambda: status(task) == "waiting", timeout=20, what="the charge to be unknown")
+    customer.goto(f"{app_server}{payment_link(inv)}")
+    customer.wait_for_selector("#payment.state-unknown")
+    assert "Please don't pay again" in customer.inner_text("#payment")
+    assert customer.locator("button.pay").count() == 0
+    screenshot(customer, "customer-unknown")
+    customer.evaluate("window.loadedOnce = true")
+    customer.wait_for_selector("#payment.state-done", timeout=30_000)
+    assert customer.evaluate("window.loadedOnce") is True
+    assert "Receipt reference: ch_" in customer.inner_text("#payment")
+    screenshot(customer, "customer-done")
+
+
+def test_a_customer_whose_card_was_declined_may_try_again_once(
+    fleet: Fleet, app_server: str, customer: Any
+) -> None:
+    fleet.worker()
+    inv = invoice()
+    task = task_start(
+        kind="renewal",
+        goal="renew, declined",
+        refs={
+            "invoice": inv,
+            "amount": 4900,
+            "email": "grace@example.com",
+            "payment_method": "pm_card_chargeDeclined",
+        },
+    )
+    wait_for(lambda: status(task) == "finished", timeout=20, what="the decline")
+    customer.goto(f"{app_server}{payment_link(inv)}")
+    assert "No money has been taken" in customer.inner_text("#payment")
+    screenshot(customer, "customer-not-done")
+    customer.click("button.pay")
+    customer.wait_for_selector("#payment.state-unknown, #payment.state-not_done")
+    assert Task.objects.filter(refs__invoice=inv).count() == 2
+
+
+def test_the_task_list_puts_what_needs_a_person_first(
+    fleet: Fleet, app_server: str, page: Any
+) -> None:
+    from journal.models import Attention
+    from journal.status import task_flag
+
+    fleet.worker()
+    held = trip()
+    stuck = renewal(invoice())
+    wait_for(lambda: status(held) == "awaiting_approval", timeout=20, what="the hold")
+    wait_for(lambda: status(stuck) == "finished", timeout=20, what="the renewal")
+    task_flag(task_id=stuck.pk, code=Attention.CONFLICT, reason="a late webhook says declined")
+    log_in(page, app_server, operator())
+    panel = page.inner_text(".attention-panel")
+    assert "awaiting approval" in panel and "conflicting reports" in panel
+    page.click(".counters .filter-attention")
+    page.wait_for_url(f"{app_server}/?state=attention")
+    assert str(stuck.pk) in page.content() and str(held.pk) not in page.content()
+    page.goto(f"{app_server}/")
+    screenshot(page, "task-list")
