@@ -75,6 +75,7 @@ APP_COLUMNS: dict[str, Columns] = {
             "lease_token",
             "lease_expires_at",
             "lease_taken_at",
+            "version",
             "failed_runs",
             "unwinding",
             "shortfall",

@@ -8,7 +8,8 @@ over can write nothing, and a takeover cannot slip between a holder's check and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
 from django.conf import settings
@@ -19,13 +20,20 @@ class LeaseLost(Exception):
     """Another runner holds the task now; this runner must stop without writing."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Lease:
     task_id: UUID
     owner: str
     token: int
     failed_runs: int = 0
     """Runs of the task taken up before this one since the last that ended cleanly."""
+    versions: list[int] = field(default_factory=list, compare=False)
+    """The task's version after each of this holder's writes, in order: a gap means a write
+    that was not the holder's (a webhook, a person) came in between."""
+    released: bool = field(default=False, compare=False)
+    """Given back already, with the write that ended the run (a task finished, waiting...)."""
+    task: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The task's row as taking the lease found it (and ``db_now``): read with the lease."""
 
 
 @dataclass(frozen=True)
@@ -34,10 +42,14 @@ class Fenced:
 
     step_count: int
     status: str
+    version: int
 
 
-def _seconds() -> float:
+def lease_seconds() -> float:
     return float(settings.JOURNAL_LEASE_SECONDS)
+
+
+_seconds = lease_seconds
 
 
 def lease_acquire(*, task_id: UUID, owner: str, seconds: float | None = None) -> Lease | None:
@@ -56,14 +68,22 @@ def lease_acquire(*, task_id: UUID, owner: str, seconds: float | None = None) ->
                    lease_taken_at = now(),
                    failed_runs = failed_runs + 1
              WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-         RETURNING lease_token, failed_runs - 1
+         RETURNING journal_task.*, now() AS db_now
             """,
             [owner, seconds if seconds is not None else _seconds(), task_id],
         )
         row = cursor.fetchone()
+        columns = [c.name for c in cursor.description] if row is not None else []
     if row is None:
         return None
-    return Lease(task_id=task_id, owner=owner, token=row[0], failed_runs=row[1])
+    task = dict(zip(columns, row, strict=True))
+    return Lease(
+        task_id=task_id,
+        owner=owner,
+        token=task["lease_token"],
+        failed_runs=task["failed_runs"] - 1,
+        task=task,
+    )
 
 
 def fence(lease: Lease, *, allocate_step: bool = False, seconds: float | None = None) -> Fenced:
@@ -78,9 +98,10 @@ def fence(lease: Lease, *, allocate_step: bool = False, seconds: float | None = 
             """
             UPDATE journal_task
                SET lease_expires_at = now() + make_interval(secs => %s),
-                   step_count = step_count + %s
+                   step_count = step_count + %s,
+                   version = version + 1
              WHERE id = %s AND lease_token = %s
-         RETURNING step_count, status
+         RETURNING step_count, status, version
             """,
             [
                 seconds if seconds is not None else _seconds(),
@@ -94,7 +115,8 @@ def fence(lease: Lease, *, allocate_step: bool = False, seconds: float | None = 
         raise LeaseLost(
             f"task {lease.task_id}: lease {lease.token} of {lease.owner} was taken over"
         )
-    return Fenced(step_count=int(row[0]), status=str(row[1]))
+    lease.versions.append(int(row[2]))
+    return Fenced(step_count=int(row[0]), status=str(row[1]), version=int(row[2]))
 
 
 def lease_release(lease: Lease, *, clean: bool = True) -> None:

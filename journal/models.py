@@ -110,6 +110,9 @@ class Task(models.Model):
     lease_token = models.BigIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_taken_at = models.DateTimeField(null=True, blank=True)
+    # Bumped by every write to the task or its steps: its runner keeps the task's facts in
+    # memory and reads them again only when a write was not its own (a webhook, a person).
+    version = models.BigIntegerField(default=0)
     # Whether it ended without every effect it decided being done (a filter for operators;
     # the summary says which and why). Set once, when it finishes.
     shortfall = models.BooleanField(default=False)
@@ -181,7 +184,8 @@ STANDING_STATES = (StepState.PENDING, StepState.UNKNOWN, StepState.DONE)
 class Step(models.Model):
     """One decided action. The planner's decision *is* this record; it is never re-asked."""
 
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="steps")
+    # No index of its own: the unique (task, n) serves every read by task.
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="steps", db_index=False)
     n = models.PositiveIntegerField()
     kind = models.CharField(max_length=10, choices=StepKind, default=StepKind.CALL)
     tool = models.CharField(max_length=100, blank=True)
@@ -201,6 +205,7 @@ class Step(models.Model):
         on_delete=models.PROTECT,
         null=True,
         blank=True,
+        db_index=False,  # the partial unique index on standing undos serves it
         related_name="undos",
         help_text="The step of this task that this one undoes (a refund, release, cancel).",
     )
@@ -209,6 +214,7 @@ class Step(models.Model):
         on_delete=models.PROTECT,
         null=True,
         blank=True,
+        db_index=False,  # never searched by; steps are never deleted
         related_name="+",
         help_text="The done step that undid this one.",
     )
@@ -353,9 +359,16 @@ class EntryKind(models.TextChoices):
 class Entry(models.Model):
     """One event in the life of a task. Never updated or deleted: PostgreSQL refuses it."""
 
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="entries")
+    # One index, (task, id): every read is by task, and entries are never deleted, so the
+    # foreign keys need none of their own (each would cost every insert).
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="entries", db_index=False)
     step = models.ForeignKey(
-        Step, on_delete=models.PROTECT, null=True, blank=True, related_name="entries"
+        Step,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="entries",
+        db_index=False,
     )
     kind = models.CharField(max_length=30, choices=EntryKind)
     at = models.DateTimeField(db_default=Now())

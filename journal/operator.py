@@ -9,6 +9,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from django.db import transaction
+from django.db.models import F
 from django.db.models.functions import Now
 
 from journal.entries import entry
@@ -299,6 +300,7 @@ def steps_reconcile_now(*, step_ids: list[int], actor: str, reason: str = "") ->
         )
         for step in steps:
             Step.objects.filter(pk=step.pk).update(next_check_at=Now())
+            Task.objects.filter(pk=step.task_id).update(version=F("version") + 1)
             entry(
                 kind=EntryKind.OPERATOR_ACTION,
                 task_id=step.task_id,

@@ -48,18 +48,20 @@ def tool_lookup(tool: Tool, args: Mapping[str, Any], *, key: str) -> Outcome | N
         )
 
 
-def _attempt_ended(step: Step, attempt: int, observation: Observation, outcome: Outcome) -> Entry:
-    return entry(
-        kind=EntryKind.ATTEMPT_ENDED,
-        task_id=step.task_id,
-        step_id=step.pk,
-        attempt=attempt,
-        observed=type(observation).__name__,
-        error_class=getattr(observation, "error_class", ""),
-        status=getattr(observation, "status", None),
-        code=getattr(observation, "code", ""),
-        classified=outcome.state,
-    )
+def _attempt_facts(attempt: int, observation: Observation, outcome: Outcome) -> dict[str, Any]:
+    """How an attempt ended: what it saw (the raw error class) and how it was classified."""
+    return {
+        "attempt": attempt,
+        "observed": type(observation).__name__,
+        "error_class": getattr(observation, "error_class", ""),
+        "status": getattr(observation, "status", None),
+        "code": getattr(observation, "code", ""),
+        "classified": outcome.state,
+    }
+
+
+def _attempt_ended(step: Step, facts: dict[str, Any]) -> Entry:
+    return entry(kind=EntryKind.ATTEMPT_ENDED, task_id=step.task_id, step_id=step.pk, **facts)
 
 
 def step_perform(
@@ -72,10 +74,13 @@ def step_perform(
     if step.cost == CostClass.READ and outcome.state == StepState.UNKNOWN:
         # A read has no effect to be unsure about: its failure is a plain failure.
         outcome = Outcome.not_done(f"the read did not complete: {outcome.detail}", **outcome.data)
-    ended = _attempt_ended(step, attempt, observation, outcome)
+    facts = _attempt_facts(attempt, observation, outcome)
     if outcome.state in SETTLED_STATES:
-        step_settle(step_id=step.pk, outcome=outcome, via="attempt", lease=lease, extra=[ended])
-    elif outcome.data.get("bug"):
+        # One entry says it all: the attempt ended so, and the step settled so.
+        step_settle(step_id=step.pk, outcome=outcome, via="attempt", lease=lease, attempt=facts)
+        return outcome
+    ended = _attempt_ended(step, facts)
+    if outcome.data.get("bug"):
         # The provider says the key was used with other arguments. Arguments are frozen, so
         # this is a bug of ours, and the first use may have acted: a person must look.
         step_mark_unknown(

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from contextlib import nullcontext
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
 
+from journal.db import prepared_cursor
 from journal.entries import entry
 from journal.keys import object_name, step_key, undo_key
-from journal.leases import Lease, fence
+from journal.leases import Lease, LeaseLost, fence, lease_seconds
 from journal.models import (
     GUARD_CONSTRAINT,
     ONCE_CONSTRAINT,
@@ -19,7 +21,6 @@ from journal.models import (
     UNDO_CONSTRAINT,
     Approval,
     ApprovalState,
-    Entry,
     EntryKind,
     Step,
     StepKind,
@@ -43,6 +44,28 @@ from journal.status import task_transition
 from journal.summary import evidence_label
 
 TASK_CONSTRAINTS = (GUARD_CONSTRAINT, ONCE_CONSTRAINT, UNDO_CONSTRAINT)
+
+# journal_record (migration 0007): fence, number, insert the step and its one entry.
+RECORD = (
+    "SELECT * FROM journal_record(%s::uuid, %s::bigint, %s::float8, %s::boolean, %s::text, "
+    "%s::jsonb, %s::text, %s::text, %s::boolean, %s::integer, %s::integer, %s::text, "
+    "%s::float8, %s::float8, %s::jsonb, %s::text, %s::jsonb)"
+)
+
+
+class TaskMoved(Exception):
+    """The lease is still ours, but someone else changed the task (a person, a conflicting
+    report): nothing was recorded; read the task again before deciding anything."""
+
+
+def not_recorded(lease: Lease) -> Exception:
+    """Why a fenced statement changed nothing: the lease was taken over, or the task moved."""
+    token = Task.objects.filter(pk=lease.task_id).values_list("lease_token", flat=True).first()
+    if token != lease.token:
+        return LeaseLost(
+            f"task {lease.task_id}: lease {lease.token} of {lease.owner} was taken over"
+        )
+    return TaskMoved(f"task {lease.task_id} changed under its runner")
 
 
 def _json(value: Any) -> Any:
@@ -146,57 +169,67 @@ def step_record(
     guard = object_name(raw_guard) if raw_guard else None
     once = bool(guard) and tool.once(args)
     trusted = tool.key_lifetime * (1.0 - policy.key_margin)
+    params: list[Any] = [
+        lease.task_id,
+        lease.token,
+        lease_seconds(),
+        undo_of is None,
+        tool.name,
+        json.dumps(args),
+        str(tool.cost),
+        guard,
+        once,
+        offsets,
+        retries,
+        tool.compensation or "",
+        trusted.total_seconds(),
+        (tool.key_lifetime + tool.lookup_lag).total_seconds(),
+        json.dumps(raw),
+        undo_key(undo_of.key, retries) if undo_of is not None else None,
+        json.dumps(
+            {
+                "tool": tool.name,
+                "args": args,
+                "guard": guard,
+                "once": once,
+                "offsets": offsets,
+                "retry": retries,
+            }
+        ),
+    ]
     try:
-        with transaction.atomic():
-            n = fence(lease, allocate_step=True).step_count
-            key = step_key(lease.task_id, n) if undo_of is None else undo_key(undo_of.key, retries)
-            step = Step.objects.create(
+        # One statement, so one round trip and its own commit (a savepoint inside a caller's
+        # transaction, so a refusal by the database leaves that transaction usable).
+        with (
+            transaction.atomic()
+            if approval is not None or connection.in_atomic_block
+            else (nullcontext())
+        ):
+            with prepared_cursor() as cursor:
+                cursor.execute(RECORD, params)
+                row = cursor.fetchone()
+            if row is None:
+                raise not_recorded(lease)
+            step = Step(
+                pk=row[0],
                 task_id=lease.task_id,
-                n=n,
+                n=row[1],
                 kind=StepKind.CALL,
                 tool=tool.name,
                 args=args,
-                key=key,
+                key=row[2],
                 cost=tool.cost,
                 guard=guard,
                 once=once,
-                offsets_id=(
-                    Step.objects.get(task_id=lease.task_id, n=offsets).pk
-                    if offsets is not None
-                    else None
-                ),
                 retries=retries,
                 undo_tool=tool.compensation or "",
                 state=StepState.PENDING,
                 attempts=1,
-                first_started_at=Now(),
-                key_trusted_until=Now() + trusted,
-                lookup_until=Now() + tool.key_lifetime + tool.lookup_lag,
+                lookups=0,
                 decision=raw,
             )
-            Entry.objects.bulk_create(
-                [
-                    entry(
-                        kind=EntryKind.STEP_RECORDED,
-                        task_id=lease.task_id,
-                        step_id=step.pk,
-                        tool=tool.name,
-                        key=key,
-                        args=args,
-                        guard=guard,
-                        once=once,
-                        offsets=offsets,
-                        retry=retries,
-                    ),
-                    entry(
-                        kind=EntryKind.ATTEMPT_STARTED,
-                        task_id=lease.task_id,
-                        step_id=step.pk,
-                        attempt=1,
-                        key=key,
-                    ),
-                ]
-            )
+            lease.versions.append(int(row[3]))
+            step.offsets_n = offsets  # type: ignore[attr-defined]
             if approval is not None:
                 used = Approval.objects.filter(
                     pk=approval.pk,
@@ -342,13 +375,13 @@ def task_finish(
             settled_at=Now(),
             decision=_json_or_repr(decision.raw),
         )
-        if shortfall:
-            Task.objects.filter(pk=lease.task_id).update(shortfall=True)
         task_transition(
             task_id=lease.task_id,
             to=to,
             frm=[TaskStatus.RUNNABLE],
             step_id=step.pk,
             summary=summary,
+            release=lease,  # the run ends here: given back in the same update
+            columns={"shortfall": shortfall},
         )
     return step

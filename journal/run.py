@@ -15,17 +15,18 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models.functions import Now
 
 from journal.leases import Lease, LeaseLost, fence, lease_acquire, lease_release
-from journal.models import Approval, ApprovalState, Attention, Task, TaskStatus
-from journal.outcomes import StepState
+from journal.models import Approval, ApprovalState, Attention, Step, Task, TaskStatus
+from journal.outcomes import Outcome, StepState
 from journal.perform import step_perform, step_reconcile
 from journal.policy import DEFAULT_POLICY, Policy
 from journal.protocols import (
@@ -39,7 +40,7 @@ from journal.protocols import (
     TaskFacts,
     Tool,
 )
-from journal.record import step_record, task_finish
+from journal.record import TaskMoved, step_record, task_finish
 from journal.sagas import (
     ApprovalNotUsable,
     Undo,
@@ -120,7 +121,7 @@ def task_advance(
 
 def _hand_over(lease: Lease, code: Attention, reason: str) -> Advance:
     try:
-        task_flag(lease=lease, task_id=lease.task_id, code=code, reason=reason)
+        task_flag(lease=lease, task_id=lease.task_id, code=code, reason=reason, release=True)
     except LeaseLost:
         return Advance("busy")
     _release_quietly(lease, clean=True)
@@ -129,6 +130,8 @@ def _hand_over(lease: Lease, code: Attention, reason: str) -> Advance:
 
 def _release_quietly(lease: Lease, *, clean: bool) -> None:
     # An unreleased lease expires by itself; failing to release is no reason to fail.
+    if lease.released:
+        return
     with contextlib.suppress(Exception):
         lease_release(lease, clean=clean)
 
@@ -142,9 +145,11 @@ def _advance(
     rules: Rules | None,
 ) -> Advance:
     performed = 0
+    view: _View | None = None
     while True:
-        task = Task.objects.annotate(db_now=Now()).get(pk=lease.task_id)
-        now: datetime = task.db_now  # type: ignore[attr-defined]
+        if view is None or not view.current(lease):
+            view = _View.load(lease)
+        task, facts, now = view.task, view.facts, view.now
         if task.status in FINAL:
             return Advance(task.status, performed)
         if task.status == TaskStatus.NEEDS_HUMAN:
@@ -161,8 +166,9 @@ def _advance(
                 frm=[TaskStatus.WAITING],
                 reason="its time came",
             )
+            view = None
             continue
-        open_step = task_open_step(task_id=task.pk)
+        open_step = task_open_step(task_id=task.pk) if view.has_open_step else None
         if open_step is not None:
             # A pending step seen by a new lease holder was abandoned by a dead runner: it is
             # unknown, and reconciled at once. An unknown one waits for its lookup time. A
@@ -174,13 +180,14 @@ def _advance(
                 lease=lease, step=open_step, tool=tools.get(open_step.tool), policy=policy
             )
             performed += 1
+            view = None
             continue
-        facts = task_facts(task=task)
         if task.unwinding:
             stopped = _unwind(lease=lease, facts=facts, tools=tools, policy=policy, now=now)
             if stopped is not None:
                 return Advance(stopped, performed)
             performed += 1
+            view = None
             continue
         if task.step_count >= policy.max_steps:
             raise _Handover(
@@ -200,8 +207,10 @@ def _advance(
             failed = _saga_step_failed(facts) if rules is not None and rules.saga else None
             if failed is not None:
                 saga_unwind(task_id=task.pk, reason=failed, lease=lease)
+                view = None
                 continue
-            approval = approval_open(task_id=task.pk) if rules is not None else None
+            # Only a saga is ever held for approval: nothing to read for any other task.
+            approval = approval_open(task_id=task.pk) if rules is not None and rules.saga else None
             if approval is not None and approval.state == ApprovalState.PENDING:
                 # Resumed while a decision is still awaited: wait for it again.
                 task_transition(
@@ -216,6 +225,7 @@ def _advance(
             if approval is not None and is_expired(approval):
                 approval_expire(approval=approval, actor="harness")
                 approval = None
+                view = None
             if approval is not None:
                 # Exactly what the person approved: the planner is not asked again.
                 decision = Call(
@@ -262,11 +272,108 @@ def _advance(
                 policy=policy,
                 approval=approval,
             )
-        except ApprovalNotUsable:
-            continue  # decided or used meanwhile: look again
-        if step.state == StepState.PENDING:
-            step_perform(lease=lease, step=step, tool=tools[step.tool], policy=policy)
-            performed += 1
+        except (ApprovalNotUsable, TaskMoved):
+            view = None  # decided, used or changed meanwhile: look again
+            continue
+        if step.state != StepState.PENDING:
+            view = None  # refused: written the slow way; read it back
+            continue
+        outcome = step_perform(lease=lease, step=step, tool=tools[step.tool], policy=policy)
+        performed += 1
+        view = view.after(step, outcome, approval_used=approval is not None) if view else None
+
+
+def _task_from_row(row: dict[str, Any]) -> Task:
+    """A Task from a raw ``RETURNING journal_task.*`` row, converted as a query would (the
+    driver hands jsonb over as text; JSONField parses it). Columns are the fields' names
+    here: the task has no foreign keys."""
+    for field in Task._meta.concrete_fields:
+        convert = getattr(field, "from_db_value", None)
+        if convert is not None and field.attname in row:
+            row[field.attname] = convert(row[field.attname], None, connection)
+    return Task(**row)
+
+
+@dataclass
+class _View:
+    """The runner's picture of its task between its own writes: read once, then kept up to
+    date from what it writes itself. Read again whenever a write of its own shows, by the
+    task's version, that someone else wrote in between (a webhook, a person), or after
+    anything but the plain record → call → settle of one step."""
+
+    task: Task
+    facts: TaskFacts
+    now: datetime
+    version: int
+    seen_writes: int
+    has_open_step: bool
+
+    @classmethod
+    def load(cls, lease: Lease) -> _View:
+        if lease.task is not None:
+            # The first read comes with the lease itself: its row, as taking it left it.
+            row, lease.task = dict(lease.task), None
+            now_ = row.pop("db_now")
+            task = _task_from_row(row)
+            task._state.adding, task._state.db = False, "default"
+            task.db_now = now_  # type: ignore[attr-defined]
+        else:
+            task = Task.objects.annotate(db_now=Now()).get(pk=lease.task_id)
+        facts = (
+            task_facts(task=task)
+            if task.step_count
+            else TaskFacts(
+                task_id=str(task.pk),
+                kind=task.kind,
+                goal=task.goal,
+                refs=task.refs,
+                steps=[],
+                plan=task.plan,
+            )
+        )
+        return cls(
+            task=task,
+            facts=facts,
+            now=task.db_now,  # type: ignore[attr-defined]
+            version=task.version,
+            seen_writes=len(lease.versions),
+            has_open_step=any(
+                s.state in (StepState.PENDING, StepState.UNKNOWN) for s in facts.steps
+            ),
+        )
+
+    def current(self, lease: Lease) -> bool:
+        """Whether every write since the read was this runner's own, one after the other."""
+        mine = lease.versions[self.seen_writes :]
+        if mine != list(range(self.version + 1, self.version + 1 + len(mine))):
+            return False
+        if mine:
+            self.version, self.seen_writes = mine[-1], len(lease.versions)
+        return True
+
+    def after(self, step: Step, outcome: Outcome, *, approval_used: bool) -> _View | None:
+        """The view once ``step`` settled with ``outcome``, or None to read it again."""
+        if outcome.state not in (StepState.DONE, StepState.NOT_DONE) or approval_used:
+            return None
+        if outcome.data.get("transient"):
+            return None  # its retry is timed from when it settled: read that back
+        if getattr(step, "offsets_n", None) is not None:
+            return None  # an undo: what it offsets changed too
+        fact = StepFact(
+            n=step.n,
+            tool=step.tool,
+            args=step.args,
+            state=StepState(outcome.state),
+            detail=outcome.detail,
+            key=step.key,
+            guard=step.guard,
+            evidence=dict(outcome.data.get("evidence") or {}),
+            retries=step.retries,
+            undo_tool=step.undo_tool,
+        )
+        self.facts = replace(self.facts, steps=[*self.facts.steps, fact])
+        self.task.step_count = step.n
+        return self
 
 
 def _saga_step_failed(facts: TaskFacts) -> str | None:
@@ -397,4 +504,5 @@ def _wait(lease: Lease, *, until: datetime, why: str) -> None:
         frm=[TaskStatus.RUNNABLE],
         wake_at=until,
         reason=f"waiting for {why}",
+        release=lease,
     )

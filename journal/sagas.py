@@ -24,6 +24,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import transaction
+from django.db.models import F
 from django.db.models.functions import Now
 
 from journal.entries import entry
@@ -53,7 +54,9 @@ def saga_unwind(*, task_id: UUID, reason: str, actor: str = "", lease: Lease | N
     with transaction.atomic():
         if lease is not None:
             fence(lease)
-        started = Task.objects.filter(pk=task_id, unwinding=False).update(unwinding=True)
+        started = Task.objects.filter(pk=task_id, unwinding=False).update(
+            unwinding=True, version=F("version") + 1
+        )
         if started:
             entry(kind=EntryKind.SAGA_UNWINDING, task_id=task_id, actor=actor, reason=reason).save()
     return bool(started)

@@ -13,7 +13,8 @@ settles a step while its runner marks the task waiting wakes it, never strands i
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -21,8 +22,9 @@ from django.db import connection, transaction
 from django.db.models import F, Subquery
 from django.db.models.functions import Now
 
+from journal.db import prepared_cursor
 from journal.entries import entry
-from journal.leases import Lease, fence
+from journal.leases import Lease, LeaseLost, fence, lease_seconds
 from journal.models import Attention, Entry, EntryKind, Step, TaskStatus
 from journal.outcomes import LIVE_STATES, SETTLED_STATES, Outcome, StepState
 from journal.status import task_flag, task_transition
@@ -33,13 +35,14 @@ class StepAlreadySettled(Exception):
 
 
 def _lock_task_of(step_id: int) -> str:
-    """Lock the task row of a step (waiting for any writer of it to commit); its status."""
+    """Lock the task row of a step (waiting for any writer of it to commit), note that the
+    task changed (its runner reads its facts again), and return its status."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT t.status FROM journal_task t
-             WHERE t.id = (SELECT task_id FROM journal_step WHERE id = %s)
-               FOR UPDATE
+            UPDATE journal_task SET version = version + 1
+             WHERE id = (SELECT task_id FROM journal_step WHERE id = %s)
+         RETURNING status
             """,
             [step_id],
         )
@@ -86,6 +89,13 @@ def step_attempt_start(*, lease: Lease, step: Step, lookup: dict[str, Any] | Non
     return attempt
 
 
+# journal_settle (migration 0007): fence, settle the step, write its one entry.
+SETTLE = (
+    "SELECT * FROM journal_settle(%s::bigint, %s::uuid, %s::bigint, %s::float8, %s::text, "
+    "%s::text, %s::jsonb, %s::jsonb)"
+)
+
+
 def step_settle(
     *,
     step_id: int,
@@ -94,6 +104,7 @@ def step_settle(
     lease: Lease | None = None,
     extra: Sequence[Entry] = (),
     actor: str = "",
+    attempt: Mapping[str, Any] | None = None,
 ) -> bool:
     """Settle a step ``done`` or ``not_done``. Returns whether this call changed it.
 
@@ -104,6 +115,23 @@ def step_settle(
     """
     if outcome.state not in SETTLED_STATES:
         raise ValueError(f"step_settle takes done or not_done, not {outcome.state}")
+    if lease is not None and not extra and not actor:
+        changed = _settle_fast(lease, step_id, outcome, via, attempt or {})
+        if changed:
+            return True
+        # Settled meanwhile (a webhook beat the runner): the slow path tells a repeat from a
+        # contradiction, and records the attempt that ran anyway.
+    if attempt:
+        step = Step.objects.only("task_id").get(pk=step_id)
+        extra = [
+            entry(
+                kind=EntryKind.ATTEMPT_ENDED,
+                task_id=step.task_id,
+                step_id=step_id,
+                **dict(attempt),
+            ),
+            *extra,
+        ]
     with transaction.atomic():
         status = fence(lease).status if lease is not None else _lock_task_of(step_id)
         with connection.cursor() as cursor:
@@ -168,6 +196,52 @@ def step_settle(
                 reason=f"step {key} settled {outcome.state} ({via})",
             )
     return True
+
+
+def _settle_fast(
+    lease: Lease, step_id: int, outcome: Outcome, via: str, attempt: Mapping[str, Any]
+) -> bool:
+    """The runner's own settlement: one statement, one entry (with the attempt that ended).
+    Returns whether it changed the step."""
+    data = {
+        "state": outcome.state,
+        "via": via,
+        "detail": outcome.detail,
+        **dict(outcome.data),
+        **dict(attempt),
+    }
+    in_block = connection.in_atomic_block
+    with transaction.atomic() if in_block else nullcontext():
+        with prepared_cursor() as cursor:
+            cursor.execute(
+                SETTLE,
+                [
+                    step_id,
+                    lease.task_id,
+                    lease.token,
+                    lease_seconds(),
+                    outcome.state,
+                    outcome.detail,
+                    json.dumps(dict(outcome.data)),
+                    json.dumps(data),
+                ],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            raise LeaseLost(
+                f"task {lease.task_id}: lease {lease.token} of {lease.owner} was taken over"
+            )
+        changed, version, status = bool(row[0]), int(row[1]), str(row[2])
+        lease.versions.append(version)
+        if changed and status == TaskStatus.WAITING:
+            task_transition(
+                task_id=lease.task_id,
+                to=TaskStatus.RUNNABLE,
+                frm=[TaskStatus.WAITING],
+                step_id=step_id,
+                reason=f"step {step_id} settled {outcome.state} ({via})",
+            )
+    return changed
 
 
 def step_conflict(*, step: Step, reason: str, via: str, actor: str = "", **facts: Any) -> None:

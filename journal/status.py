@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 
@@ -77,22 +77,31 @@ def task_transition(
     step_id: int | None = None,
     wake_at: datetime | Combinable | None = None,
     extra: Sequence[Any] = (),
+    release: Lease | None = None,
+    columns: dict[str, Any] | None = None,
     **data: Any,
 ) -> bool:
     """Move the task to ``to`` if its status is one of ``frm`` (default: every status ``to``
     may follow). Returns whether it moved; when it did not, nothing is written.
 
     Runs in the caller's transaction when there is one (a service that settles a step and
-    wakes its task does both in one commit). With ``lease``, the write is fenced first.
+    wakes its task does both in one commit). With ``lease``, the write is fenced first; with
+    ``release``, that lease is given back cleanly in the same update (the run ends here).
     ``wake_at`` is required for ``waiting``; ``code`` and ``reason`` for ``needs_human``.
+    ``columns`` are other columns of the task the same update sets (never its status).
     """
+    columns = dict(columns or {})
+    if "status" in columns:
+        raise ValueError("a task's status changes only by its transition")
     allowed = sources(to)
     froms = [s for s in (frm if frm is not None else allowed) if s in allowed]
     if to == TaskStatus.WAITING and wake_at is None:
         raise ValueError("a waiting task needs a wake_at")
     if to == TaskStatus.NEEDS_HUMAN and not (code and reason):
         raise ValueError("a task handed to a human needs an attention code and a reason")
-    changes: dict[str, Any] = {"status": to, "wake_at": wake_at}
+    changes: dict[str, Any] = {"status": to, "wake_at": wake_at, "version": F("version") + 1}
+    if release is not None:
+        changes.update(lease_expires_at=None, lease_owner="", lease_taken_at=None, failed_runs=0)
     if to == TaskStatus.NEEDS_HUMAN:
         changes.update(attention=reason, attention_code=str(code))
     else:
@@ -100,14 +109,26 @@ def task_transition(
     with transaction.atomic():
         if lease is not None:
             fence(lease)
-        rows = list(
-            Task.objects.filter(pk=task_id, status__in=froms)
-            .values_list("status", flat=True)
-            .select_for_update()
-        )
-        if not rows:
+        if len(froms) == 1:
+            # One status it may come from: the UPDATE checks it (under the row's lock, seeing
+            # any change committed before it), and that is what it came from.
+            was = str(froms[0])
+        else:
+            rows = list(
+                Task.objects.filter(pk=task_id, status__in=froms)
+                .values_list("status", flat=True)
+                .select_for_update()
+            )
+            if not rows:
+                return False
+            was = rows[0]
+        moved = Task.objects.filter(pk=task_id, status=was)
+        if release is not None:
+            moved = moved.filter(lease_token=release.token)
+        if not moved.update(**changes, **columns):
             return False
-        Task.objects.filter(pk=task_id).update(**changes)
+        if release is not None:
+            release.released = True
         kind = {
             TaskStatus.RUNNABLE: EntryKind.TASK_RESUMED,
             TaskStatus.WAITING: EntryKind.TASK_WAITING,
@@ -117,7 +138,7 @@ def task_transition(
             TaskStatus.CANCELLED: EntryKind.TASK_CANCELLED,
             TaskStatus.COMPENSATED: EntryKind.TASK_FINISHED,
         }[to]
-        facts = {"from": rows[0], "to": str(to), **data}
+        facts = {"from": was, "to": str(to), **data}
         if reason:
             facts["reason"] = reason
         if code:
@@ -136,8 +157,10 @@ def task_flag(
     lease: Lease | None = None,
     step_id: int | None = None,
     actor: str = "",
+    release: bool = False,
 ) -> bool:
-    """Hand the task to a human, with a code and a sentence; from any status."""
+    """Hand the task to a human, with a code and a sentence; from any status. With
+    ``release``, the holder of ``lease`` gives it back in the same update."""
     return task_transition(
         task_id=task_id,
         to=TaskStatus.NEEDS_HUMAN,
@@ -146,6 +169,7 @@ def task_flag(
         reason=reason,
         step_id=step_id,
         actor=actor,
+        release=lease if release else None,
     )
 
 

@@ -84,9 +84,11 @@ def step_timeline(events: Sequence[Event]) -> Timeline:
     starts: dict[Any, Event] = {}
     ends: dict[Any, Event] = {}
     for e in events:
-        if e.kind == "attempt_started":
+        # The first attempt starts with the step's record, and an attempt that settled the
+        # step ends in the settlement's entry (one entry per commit, where one says both).
+        if e.kind == "attempt_started" or (e.kind == "step_recorded" and "attempt" in e.data):
             starts[e.data.get("attempt")] = e
-        elif e.kind == "attempt_ended":
+        elif e.kind == "attempt_ended" or (e.kind == "step_settled" and "observed" in e.data):
             ends[e.data.get("attempt")] = e
     for n, start in starts.items():
         end = ends.get(n)

@@ -1,27 +1,29 @@
-"""The cost of safety: two durable commits per effect step, and no chatter around them.
+"""The cost of safety: two durable commits per effect step, and nothing around them.
 
-Counts statements, not seconds: speed lives in the benchmark; this guards the shape.
+Counts statements, not seconds: speed lives in the benchmark (`manage.py bench`); this guards
+the shape, so an added query fails here before it shows there.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from agentops.bench.runner import POLICY, TOOLS, Countdown
 from journal.leases import lease_acquire
 from journal.perform import step_perform
 from journal.record import step_record, task_create
+from journal.run import task_advance
 from tests.journal.support import ChargeTool, Provider, charge, invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
 
 
-def _shape(sqls: list[str]) -> list[str]:
-    return [s.split()[0].upper() for s in sqls]
-
-
-def test_an_effect_step_costs_two_transactions_of_three_statements() -> None:
+def test_an_effect_step_is_two_statements_each_its_own_commit() -> None:
     task = task_create(kind="renewal", goal="charge")
     lease = lease_acquire(task_id=task.pk, owner="cost")
     assert lease is not None
@@ -30,20 +32,43 @@ def test_an_effect_step_costs_two_transactions_of_three_statements() -> None:
         step = step_record(lease=lease, decision=charge(invoice()), tools={"charge": tool})
     with CaptureQueriesContext(connection) as after:
         step_perform(lease=lease, step=step, tool=tool)
-    # Before the call: fence the lease, insert the step, insert its two entries; one commit.
-    assert _shape([q["sql"] for q in before.captured_queries]) == [
-        "BEGIN",
-        "UPDATE",
-        "INSERT",
-        "INSERT",
-        "COMMIT",
+    # Before the call: journal_record fences the lease, numbers the step, inserts it and its
+    # one entry. After it: journal_settle fences, settles the step, writes its one entry.
+    # Each is one statement in autocommit: one round trip, one durable commit.
+    assert [q["sql"].split("(")[0] for q in before.captured_queries] == [
+        "SELECT * FROM journal_record"
     ]
-    # After: fence (which also reads the task's status: a running task needs no waking),
-    # settle the step, insert the entries.
-    assert _shape([q["sql"] for q in after.captured_queries]) == [
-        "BEGIN",
-        "UPDATE",
-        "UPDATE",
-        "INSERT",
-        "COMMIT",
+    assert [q["sql"].split("(")[0] for q in after.captured_queries] == [
+        "SELECT * FROM journal_settle"
     ]
+
+
+class Counter:
+    """Counts every statement the connection sends (no log, no limit)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, execute: Callable[..., Any], sql: str, *args: Any) -> Any:
+        self.count += 1
+        return execute(sql, *args)
+
+
+def test_a_step_costs_the_same_at_the_end_of_a_long_task_as_at_its_start() -> None:
+    task = task_create(kind="bench", goal="long")
+    counter = Counter()
+    planner = Countdown(200)
+    marks: list[int] = []
+    decide = planner.decide
+
+    def noting(facts: Any) -> Any:
+        marks.append(counter.count)
+        return decide(facts)
+
+    planner.decide = noting  # type: ignore[method-assign]
+    with connection.execute_wrapper(counter):
+        result = task_advance(task_id=task.pk, planner=planner, tools=TOOLS, policy=POLICY)
+    assert result.stopped == "finished"
+    per_step = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+    # Record and settle, and not a read more: the runner keeps the task's facts itself.
+    assert per_step[1] == per_step[-1] == 2, per_step[:3] + per_step[-3:]
