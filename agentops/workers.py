@@ -17,6 +17,16 @@ from rq.worker import SimpleWorker
 # Every function a worker may run, by the dotted name RQ stores. Add new jobs here.
 JOBS = frozenset({"agentops.jobs.run_task"})
 
+# The ``manage.py`` arguments that start one worker: the default queue, the scheduler that
+# rings delayed doorbells, JSON jobs only.
+WORKER_ARGS = (
+    "rqworker",
+    "default",
+    "--with-scheduler",
+    "--serializer",
+    "rq.serializers.JSONSerializer",
+)
+
 
 class JobRefused(Exception):
     """A job names something that is not one of agentops' jobs; it fails, nothing runs."""

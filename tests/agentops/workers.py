@@ -16,19 +16,13 @@ import django_rq
 import pytest
 from django.db import connection
 
+from agentops.workers import WORKER_ARGS
 from journal.models import Attention, Task
 from journal.status import ADVANCING, task_flag
 from tests.agentops.sandboxed import sandbox_settings
 from tests.sandbox.fixtures import SandboxHandle
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER = [
-    "rqworker",
-    "default",
-    "--with-scheduler",
-    "--serializer",
-    "rq.serializers.JSONSerializer",
-]
 
 
 def database_url() -> str:
@@ -72,7 +66,7 @@ class Fleet:
         return proc
 
     def worker(self, **extra: str) -> subprocess.Popen[bytes]:
-        return self._start(WORKER, **extra)
+        return self._start(list(WORKER_ARGS), **extra)
 
     def sweeper(self) -> subprocess.Popen[bytes]:
         return self._start(["sweep", "--interval", "0.3"])
