@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ from typing import Any
 
 import django_rq
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from journal.models import Attention, Task
 from journal.status import ADVANCING, task_flag
@@ -29,6 +31,22 @@ WORKER = [
     "--serializer",
     "rq.serializers.JSONSerializer",
 ]
+
+
+def restart_server(name: str) -> None:
+    """Have scripts/stack.py, which started this run's servers, restart one: ``postgres``
+    (an immediate shutdown, as a crash) or ``redis`` (it comes back empty)."""
+    path = os.environ.get("AGENTOPS_STACK_CONTROL")
+    if not path:
+        pytest.skip("the servers were not started by scripts/stack.py test")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(60)
+        sock.connect(path)
+        sock.sendall(f"restart {name}\n".encode())
+        answer = json.loads(sock.makefile("r").readline())
+    assert answer["ok"] is True, answer
+    if name == "postgres":
+        connections.close_all()  # this process's connections died with it
 
 
 def database_url() -> str:
