@@ -184,6 +184,9 @@ SWEEP_GRACE_SECONDS = _env_float("SWEEP_GRACE_SECONDS", 30.0)
 # Fault injection for the chaos run and the worker tests only: "<point>:<tool>" makes the
 # worker kill itself (SIGKILL) there. Points: before_call, during_call, after_call.
 CHAOS_KILL = os.environ.get("AGENTOPS_CHAOS_KILL", "")
+# The chaos run's naive harness only (agentops/chaos/naive.py): where its workers write what
+# each naive task did and claimed. Its workers are the only ones that run its job.
+CHAOS_NAIVE_DIR = os.environ.get("AGENTOPS_CHAOS_NAIVE_DIR", "")
 
 # The journal (see journal/README.md). A task's lease lasts this long past its holder's last
 # journal write; it must exceed the longest tool call, so a live runner never loses it.
