@@ -192,6 +192,23 @@ CHAOS_NAIVE_DIR = os.environ.get("AGENTOPS_CHAOS_NAIVE_DIR", "")
 # journal write; it must exceed the longest tool call, so a live runner never loses it.
 JOURNAL_LEASE_SECONDS = _env_float("JOURNAL_LEASE_SECONDS", 60.0)
 
+
+def idle_in_transaction_limit(lease_seconds: float) -> dict[str, str]:
+    """The app's database sessions end when idle inside a transaction for a lease's length.
+
+    No service waits on anything but the database inside a transaction (provider calls happen
+    between them), so only a process that stopped mid-write (SIGSTOP, a frozen VM, a
+    debugger) is ever cut off. Such a runner holds its task's row lock: without this, every
+    runner that takes the task up after the lease expired would wait for it, however long.
+    Its write rolls back and it finds out when it wakes (journal.run.DatabaseLost).
+    """
+    return {"options": f"-c idle_in_transaction_session_timeout={int(lease_seconds * 1000)}"}
+
+
+DATABASES["default"].setdefault("OPTIONS", {}).update(
+    idle_in_transaction_limit(JOURNAL_LEASE_SECONDS)
+)
+
 # Tools (agentops/tools/). Each provider's address, credentials and how long it remembers
 # idempotency keys. An empty *_API_BASE means the real service (Stripe); the sandbox
 # providers (sandbox/) stand in for all three in the demo and the tests.

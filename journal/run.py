@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, InternalError, OperationalError, connection
 from django.db.models.functions import Now
 
 from journal.leases import Lease, LeaseLost, fence, lease_acquire, lease_release
@@ -79,6 +79,16 @@ class _Handover(Exception):
 # A database that went away: nothing can be recorded until it answers again, so the run
 # ends there, after giving its lease back as soon as it can (_give_back).
 _DATABASE_LOST = (OperationalError, InterfaceError)
+# The SQLSTATE of a session the server ended because it sat idle inside a transaction for
+# too long (the runner was stopped mid-write; see agentops/settings.py): an InternalError.
+_IDLE_IN_TRANSACTION_TIMEOUT = "25P03"
+
+
+def _database_lost(exc: BaseException) -> bool:
+    if isinstance(exc, _DATABASE_LOST):
+        return True
+    cause = getattr(exc.__cause__, "sqlstate", None)
+    return isinstance(exc, InternalError) and cause == _IDLE_IN_TRANSACTION_TIMEOUT
 
 
 class DatabaseLost(Exception):
@@ -107,10 +117,12 @@ def task_advance(
         return Advance("busy")
     try:
         return _run(lease=lease, planner=planner, tools=tools, policy=policy, rules=rules)
-    except _DATABASE_LOST as lost:
+    except Exception as exc:
+        if not _database_lost(exc):
+            raise
         # Without this, the task would wait out its whole lease before anyone took it up.
         released = _give_back(lease, clean=False)
-        raise DatabaseLost(lease.task_id, released=released) from lost
+        raise DatabaseLost(lease.task_id, released=released) from exc
 
 
 def _run(
@@ -132,11 +144,11 @@ def _run(
         result = _advance(lease=lease, planner=planner, tools=tools, policy=policy, rules=rules)
     except LeaseLost:
         return Advance("busy")
-    except _DATABASE_LOST:
-        raise
     except _Handover as handover:
         return _hand_over(lease, handover.code, handover.reason)
     except Exception as exc:  # a bug in an adapter or the harness: recorded, not re-run
+        if _database_lost(exc):
+            raise
         return _hand_over(
             lease,
             Attention.HARNESS_FAILED,
@@ -158,11 +170,11 @@ def _hand_over(lease: Lease, code: Attention, reason: str) -> Advance:
 def _release(lease: Lease, *, clean: bool) -> None:
     try:
         lease_release(lease, clean=clean)
-    except _DATABASE_LOST:
-        # Everything the run did is committed; only giving the lease back failed.
-        _give_back(lease, clean=clean)
-    except Exception:  # noqa: S110 - an unreleased lease expires by itself
-        pass
+    except Exception as exc:
+        if _database_lost(exc):
+            # Everything the run did is committed; only giving the lease back failed.
+            _give_back(lease, clean=clean)
+        # Otherwise: an unreleased lease expires by itself.
 
 
 def _give_back(lease: Lease, *, clean: bool) -> bool:
@@ -177,14 +189,12 @@ def _give_back(lease: Lease, *, clean: bool) -> bool:
             connection.close()  # the broken one is never reused; the next query reconnects
         try:
             lease_release(lease, clean=clean)
-        except _DATABASE_LOST:
-            if time.monotonic() + pause > deadline:
+        except Exception as exc:
+            if not _database_lost(exc) or time.monotonic() + pause > deadline:
                 return False
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
             continue
-        except Exception:
-            return False
         return True
 
 

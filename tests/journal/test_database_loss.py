@@ -7,6 +7,7 @@ middle of the run, as a restart would.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -67,3 +68,34 @@ def test_a_run_that_loses_its_database_gives_its_lease_back_and_records_nothing(
     task = Task.objects.get(pk=task.pk)
     assert task.failed_runs == 0 and task.lease_expires_at is None
     assert [e.key for e in tool.provider.ledger] == [Step.objects.get(task=task, n=1).key]
+
+
+def test_a_run_stopped_inside_a_write_for_longer_than_its_lease_ends_as_a_lost_database(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server ends a session idle inside a transaction for a lease's length (it holds
+    the task's row lock: agentops/settings.py). The runner, when it goes on, finds its
+    session gone: that is a lost database, not a bug to hand to a person."""
+    import journal.leases
+    import journal.record
+
+    real_fence = journal.leases.fence
+    stalls = [2.5]  # past the tests' 2 s lease, once
+
+    def stalling_fence(lease: Any, **options: Any) -> Any:
+        fenced = real_fence(lease, **options)
+        if stalls:
+            time.sleep(stalls.pop())  # stopped here, the task's row locked
+        return fenced
+
+    monkeypatch.setattr(journal.record, "fence", stalling_fence)
+    task = task_create(kind="renewal", goal="charge")
+    tool = ChargeTool(Provider())
+    with pytest.raises(DatabaseLost) as lost:
+        task_advance(
+            task_id=task.pk, planner=ScriptedPlanner([charge(invoice())]), tools={"charge": tool}
+        )
+    assert lost.value.released is True
+    task.refresh_from_db()
+    assert task.status == "runnable" and task.attention_code == ""
+    assert not Step.objects.filter(task=task).exists() and tool.calls == []
