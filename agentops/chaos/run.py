@@ -27,6 +27,7 @@ from django.db import InterfaceError, OperationalError, connections
 from django.db.models import Count
 from django.db.models.functions import Now
 from django.test import override_settings
+from rq.worker import Worker
 
 from agentops.chaos.audit import (
     Hit,
@@ -63,6 +64,24 @@ MUST_BE_ZERO = (
 
 T = TypeVar("T")
 DATABASE_ERRORS = (OperationalError, InterfaceError)
+
+
+class ChaosRefused(Exception):
+    """The run cannot start as asked; nothing was started."""
+
+
+def _queue_to_itself() -> None:
+    """Refuse to share the queue: another worker (``make run``'s, say) would take the run's
+    tasks and act on them against other providers, and the audit would find effects missing."""
+    queue = django_rq.get_queue("default")
+    workers = Worker.all(queue=queue)
+    if workers:
+        names = ", ".join(sorted(w.name for w in workers)[:3])
+        raise ChaosRefused(
+            f"{len(workers)} RQ worker(s) already listen on the queue {queue.name!r} ({names}): "
+            "they would run this run's tasks against other providers. Stop them (make run's "
+            "worker, for one), or give the run a Redis of its own (REDIS_URL, or make chaos)"
+        )
 
 
 def _db(action: Callable[[], T], otherwise: T) -> T:
@@ -360,6 +379,7 @@ def chaos_run(
     only when every figure in :data:`MUST_BE_ZERO` is zero."""
     if harness not in HARNESSES:
         raise ValueError(f"harness: {harness!r} is not one of {', '.join(HARNESSES)}")
+    _queue_to_itself()
     began = time.monotonic()
     run = f"s{seed}-{uuid.uuid4().hex[:6]}"
     plan = plan_make(seed=seed, tasks=tasks, run=run)

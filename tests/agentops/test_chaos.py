@@ -22,12 +22,12 @@ from rq.serializers import JSONSerializer
 from agentops.chaos.audit import Ledgers, audit_journal, audit_naive, business_duplicates
 from agentops.chaos.naive import NAIVE_JOB, NaiveJob, NaiveLoop, NaiveWorker
 from agentops.chaos.plan import plan_make
-from agentops.chaos.run import MUST_BE_ZERO, chaos_run
+from agentops.chaos.run import MUST_BE_ZERO, ChaosRefused, chaos_run
 from agentops.kinds import rules_for, tools_for
 from agentops.planners.scripted import ScriptedPlanner as Playbooks
 from agentops.runner import task_policy, task_start
 from agentops.tools import tool_registry
-from agentops.workers import AgentopsJob
+from agentops.workers import AgentopsJob, AgentopsWorker
 from journal.models import Step
 from journal.run import task_advance
 from tests.agentops.workers import quiet_world
@@ -188,6 +188,19 @@ def test_the_audit_counts_an_effect_a_provider_performed_twice_under_one_key(
     figures = audit_journal(plan=plan, task_ids=[str(task.pk)], ledgers=twice, hits=[])
     assert figures["duplicates"] == 1 and figures["journal_mismatch"] == 1
     assert len(business_duplicates(twice)) == 1
+
+
+def test_a_run_does_not_share_its_queue_with_other_workers(tmp_path: Path) -> None:
+    quiet_world()
+    queue = django_rq.get_queue("default")
+    other = AgentopsWorker([queue], connection=queue.connection, name="make-run-worker")
+    other.register_birth()
+    try:
+        with pytest.raises(ChaosRefused, match=r"1 RQ worker.* \(make-run-worker\)"):
+            chaos_run(tasks=1, workdir=tmp_path, out=None)
+    finally:
+        other.register_death()
+    assert not (tmp_path / "logs").exists()  # nothing was started
 
 
 def test_a_small_chaos_run_repeats_nothing_and_loses_nothing(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentops.chaos.run import HARNESSES, chaos_run, report_lines
+from agentops.chaos.run import HARNESSES, ChaosRefused, chaos_run, report_lines
 
 
 class Command(BaseCommand):
@@ -31,13 +31,16 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["tasks"] < 1 or options["workers"] < 1:
             raise CommandError("--tasks and --workers must be at least 1")
-        figures = chaos_run(
-            tasks=options["tasks"],
-            seed=options["seed"],
-            harness=options["harness"],
-            workers=options["workers"],
-            workdir=options["workdir"],
-        )
+        try:
+            figures = chaos_run(
+                tasks=options["tasks"],
+                seed=options["seed"],
+                harness=options["harness"],
+                workers=options["workers"],
+                workdir=options["workdir"],
+            )
+        except ChaosRefused as exc:
+            raise CommandError(str(exc)) from exc
         if options["json"]:
             self.stdout.write(json.dumps(figures, sort_keys=False))
         else:
