@@ -18,15 +18,6 @@ KIND_WEIGHTS = (0.5, 0.3, 0.2)
 TRIP_HOLD_OVER = 300_000  # agentops/kinds.py: a trip charge above this waits for a person
 HOTELS = ("Alfama", "Baixa", "Chiado", "Belem", "Graca")
 FLIGHTS = ("TP1351", "TP1352", "LH1169", "BA0500")
-EFFECT_TOOLS = (
-    "charge_customer",
-    "send_email",
-    "hold_flight",
-    "book_hotel",
-    "refund_charge",
-    "release_flight",
-    "cancel_hotel",
-)
 
 
 @dataclass(frozen=True)

@@ -464,9 +464,21 @@ def chaos_run(
         if doubled:
             report["examples"]["business_duplicates"] = doubled[:10]
         unplanned = [d for d in driver.deaths if not d["killed"] and not d["armed"]]
+        world_said = plan.world
         report.update(
             faults_injected=faults_counted(ledgers, driver.process_faults),
             faults_skipped=dict(driver.skipped),
+            # The standing conditions, which the fault log counts only when they bite.
+            world={
+                "tool_timeout_s": world_said.tool_timeout,
+                "lease_s": world_said.lease,
+                "key_lifetimes_s": world_said.key_lifetimes,
+                "search_lag_s": world_said.search_lag,
+                "webhooks": {k: v for k, v in world_said.webhook.items() if k != "webhook_seed"},
+                "full_hotels": len(plan.full_hotels),
+                "held_trips": sum(1 for t in plan.tasks if t.held),
+                "asked_twice": sum(1 for t in plan.tasks if t.repeats),
+            },
             approvals=dict(driver.approvals),
             workers=workers,
             worker_restarts=world.started_workers - workers,

@@ -308,9 +308,6 @@ class World:
         self._signal(slot, signal.SIGSTOP)
         return slot.proc.pid
 
-    def worker_pids(self) -> list[int]:
-        return [s.proc.pid for s in self.slots if s.proc is not None]
-
     # --- ending ---------------------------------------------------------------------------
 
     def stop_workers(self) -> None:
