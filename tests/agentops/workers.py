@@ -39,11 +39,17 @@ def restart_server(name: str) -> None:
     path = os.environ.get("AGENTOPS_STACK_CONTROL")
     if not path:
         pytest.skip("the servers were not started by scripts/stack.py test")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(60)
-        sock.connect(path)
-        sock.sendall(f"restart {name}\n".encode())
-        answer = json.loads(sock.makefile("r").readline())
+    def ask(request: str) -> dict[str, Any]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(60)
+            sock.connect(path)
+            sock.sendall(f"{request}\n".encode())
+            answer: dict[str, Any] = json.loads(sock.makefile("r").readline())
+        return answer
+
+    if name not in ask("servers")["servers"]:
+        pytest.skip(f"{name} was not started by scripts/stack.py test (its URL is set)")
+    answer = ask(f"restart {name}")
     assert answer["ok"] is True, answer
     if name == "postgres":
         connections.close_all()  # this process's connections died with it
