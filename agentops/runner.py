@@ -39,7 +39,7 @@ from journal import operator
 from journal.models import Task, TaskStatus
 from journal.policy import Policy
 from journal.record import task_create
-from journal.run import Advance, task_advance
+from journal.run import Advance, DatabaseLost, task_advance
 from journal.selectors import task_list_runnable
 
 log = logging.getLogger(__name__)
@@ -108,19 +108,30 @@ def task_run(*, task_id: UUID) -> Advance:
     """Advance the task as far as it goes now; ring again at its wake-up time if it waits.
 
     Whatever the planner or a tool adapter raises is recorded by the runner as the reason
-    the task needs a human (journal.run); only a lost database ends a run with an error,
-    and the next ring or sweep takes the task up again, a bounded number of times.
+    the task needs a human (journal.run); only a lost database ends a run with an error
+    (``DatabaseLost``), after the lease is given back as soon as the database answers
+    again, and the task is rung for at once; runs that keep failing are bounded.
     """
     task = Task.objects.get(pk=task_id)
     tools = chaos_tools(tools_for(task))
-    result = task_advance(
-        task_id=task.pk,
-        planner=planner_get(tools),
-        tools=tools,
-        owner=f"{socket.gethostname()}:{os.getpid()}",
-        policy=task_policy(task),
-        rules=rules_for(task),
-    )
+    try:
+        result = task_advance(
+            task_id=task.pk,
+            planner=planner_get(tools),
+            tools=tools,
+            owner=f"{socket.gethostname()}:{os.getpid()}",
+            policy=task_policy(task),
+            rules=rules_for(task),
+        )
+    except DatabaseLost as lost:
+        if lost.released:
+            # The lease is free again: ring now. The sweeper would too, but only once this
+            # task's last ring is older than SWEEP_GRACE_SECONDS.
+            try:
+                task_ring(task_id=task_id)
+            except Exception:  # Redis away as well: the sweeper rings later
+                log.warning("task %s: could not ring again after losing the database", task_id)
+        raise
     if result.stopped == "waiting":
         wake_at = Task.objects.filter(pk=task_id, status=TaskStatus.WAITING).values_list(
             "wake_at", flat=True

@@ -191,10 +191,30 @@ SWEEP_GRACE_SECONDS = _env_float("SWEEP_GRACE_SECONDS", 30.0)
 # Fault injection for the chaos run and the worker tests only: "<point>:<tool>" makes the
 # worker kill itself (SIGKILL) there. Points: before_call, during_call, after_call.
 CHAOS_KILL = os.environ.get("AGENTOPS_CHAOS_KILL", "")
+# The chaos run's naive harness only (agentops/chaos/naive.py): where its workers write what
+# each naive task did and claimed. Its workers are the only ones that run its job.
+CHAOS_NAIVE_DIR = os.environ.get("AGENTOPS_CHAOS_NAIVE_DIR", "")
 
 # The journal (see journal/README.md). A task's lease lasts this long past its holder's last
 # journal write; it must exceed the longest tool call, so a live runner never loses it.
 JOURNAL_LEASE_SECONDS = _env_float("JOURNAL_LEASE_SECONDS", 60.0)
+
+
+def idle_in_transaction_limit(lease_seconds: float) -> dict[str, str]:
+    """The app's database sessions end when idle inside a transaction for a lease's length.
+
+    No service waits on anything but the database inside a transaction (provider calls happen
+    between them), so only a process that stopped mid-write (SIGSTOP, a frozen VM, a
+    debugger) is ever cut off. Such a runner holds its task's row lock: without this, every
+    runner that takes the task up after the lease expired would wait for it, however long.
+    Its write rolls back and it finds out when it wakes (journal.run.DatabaseLost).
+    """
+    return {"options": f"-c idle_in_transaction_session_timeout={int(lease_seconds * 1000)}"}
+
+
+DATABASES["default"].setdefault("OPTIONS", {}).update(
+    idle_in_transaction_limit(JOURNAL_LEASE_SECONDS)
+)
 
 # Tools (agentops/tools/). Each provider's address, credentials and how long it remembers
 # idempotency keys. An empty *_API_BASE means the real service (Stripe); the sandbox

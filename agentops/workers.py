@@ -35,10 +35,12 @@ class JobRefused(Exception):
 class AgentopsJob(Job):
     """A job that runs only if it names one of :data:`JOBS`, with no callbacks."""
 
+    allowed: frozenset[str] = JOBS
+
     def refusal(self) -> str | None:
         """Why this job must not run, or None."""
-        if self.func_name not in JOBS:
-            return f"{self.func_name!r} is not an agentops job (allowed: {sorted(JOBS)})"
+        if self.func_name not in self.allowed:
+            return f"{self.func_name!r} is not an agentops job (allowed: {sorted(self.allowed)})"
         if self.instance is not None:
             return "agentops jobs are plain functions, not methods of a stored instance"
         callbacks = (
@@ -78,6 +80,9 @@ class AgentopsWorker(SimpleWorker):
     by :class:`AgentopsJob`; another job class is refused at start.
     """
 
+    jobs: type[AgentopsJob] = AgentopsJob
+    """The job class it reads every job as (a subclass may allow other jobs)."""
+
     def __init__(
         self,
         queues: Any,
@@ -86,6 +91,6 @@ class AgentopsWorker(SimpleWorker):
         serializer: Any = None,
         **kwargs: Any,
     ) -> None:
-        if job_class not in (None, AgentopsJob, f"{__name__}.AgentopsJob"):
-            raise ValueError(f"agentops workers run AgentopsJob only, not {job_class!r}")
-        super().__init__(queues, job_class=AgentopsJob, serializer=JSONSerializer, **kwargs)
+        if job_class not in (None, AgentopsJob, f"{__name__}.AgentopsJob", self.jobs):
+            raise ValueError(f"agentops workers run {self.jobs.__name__} only, not {job_class!r}")
+        super().__init__(queues, job_class=self.jobs, serializer=JSONSerializer, **kwargs)

@@ -13,6 +13,7 @@ recorded, while the lease is still held, as the reason the task needs a human.
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -21,7 +22,7 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, InternalError, OperationalError, connection
 from django.db.models.functions import Now
 
 from journal.leases import Lease, LeaseLost, fence, lease_acquire, lease_release
@@ -76,9 +77,31 @@ class _Handover(Exception):
         self.code, self.reason = code, reason
 
 
-# A database that went away: nothing can be recorded, so the run just ends (the lease
-# expires or the next runner takes over); every other failure is recorded and handed over.
+# A database that went away: nothing can be recorded until it answers again, so the run
+# ends there, after giving its lease back as soon as it can (_give_back).
 _DATABASE_LOST = (OperationalError, InterfaceError)
+# The SQLSTATE of a session the server ended because it sat idle inside a transaction for
+# too long (the runner was stopped mid-write; see agentops/settings.py): an InternalError.
+_IDLE_IN_TRANSACTION_TIMEOUT = "25P03"
+
+
+def _database_lost(exc: BaseException) -> bool:
+    if isinstance(exc, _DATABASE_LOST):
+        return True
+    cause = getattr(exc.__cause__, "sqlstate", None)
+    return isinstance(exc, InternalError) and cause == _IDLE_IN_TRANSACTION_TIMEOUT
+
+
+class DatabaseLost(Exception):
+    """The run ended because its database connection failed (a restart, a network cut, a
+    session the server terminated). Nothing more was recorded. ``released`` says whether the
+    lease was given back once the database answered again, so the task can be run again at
+    once; if not, it expires by itself (JOURNAL_LEASE_SECONDS)."""
+
+    def __init__(self, task_id: UUID, *, released: bool) -> None:
+        given = "gave its lease back" if released else "could not give its lease back"
+        super().__init__(f"task {task_id}: the run lost its database and {given}")
+        self.task_id, self.released = task_id, released
 
 
 def task_advance(
@@ -94,6 +117,24 @@ def task_advance(
     if lease is None:
         return Advance("busy")
     try:
+        return _run(lease=lease, planner=planner, tools=tools, policy=policy, rules=rules)
+    except Exception as exc:
+        if not _database_lost(exc):
+            raise
+        # Without this, the task would wait out its whole lease before anyone took it up.
+        released = _give_back(lease, clean=False)
+        raise DatabaseLost(lease.task_id, released=released) from exc
+
+
+def _run(
+    *,
+    lease: Lease,
+    planner: Planner,
+    tools: Mapping[str, Tool],
+    policy: Policy,
+    rules: Rules | None,
+) -> Advance:
+    try:
         if lease.failed_runs >= policy.max_failed_runs:
             raise _Handover(
                 Attention.RUN_FAILURES,
@@ -104,18 +145,17 @@ def task_advance(
         result = _advance(lease=lease, planner=planner, tools=tools, policy=policy, rules=rules)
     except LeaseLost:
         return Advance("busy")
-    except _DATABASE_LOST:
-        _release_quietly(lease, clean=False)
-        raise
     except _Handover as handover:
         return _hand_over(lease, handover.code, handover.reason)
     except Exception as exc:  # a bug in an adapter or the harness: recorded, not re-run
+        if _database_lost(exc):
+            raise
         return _hand_over(
             lease,
             Attention.HARNESS_FAILED,
             f"advancing the task raised {type(exc).__name__}: {str(exc)[:500]}",
         )
-    _release_quietly(lease, clean=True)
+    _release(lease, clean=True)
     return result
 
 
@@ -124,16 +164,41 @@ def _hand_over(lease: Lease, code: Attention, reason: str) -> Advance:
         task_flag(lease=lease, task_id=lease.task_id, code=code, reason=reason, release=True)
     except LeaseLost:
         return Advance("busy")
-    _release_quietly(lease, clean=True)
+    _release(lease, clean=True)
     return Advance("needs_human")
 
 
-def _release_quietly(lease: Lease, *, clean: bool) -> None:
-    # An unreleased lease expires by itself; failing to release is no reason to fail.
+def _release(lease: Lease, *, clean: bool) -> None:
     if lease.released:
-        return
-    with contextlib.suppress(Exception):
+        return  # given back already, with the write that ended the run
+    try:
         lease_release(lease, clean=clean)
+    except Exception as exc:
+        if _database_lost(exc):
+            # Everything the run did is committed; only giving the lease back failed.
+            _give_back(lease, clean=clean)
+        # Otherwise: an unreleased lease expires by itself.
+
+
+def _give_back(lease: Lease, *, clean: bool) -> bool:
+    """Give the lease back over a new connection, retrying with backoff while the database
+    is away (a restart takes seconds), for as long as the lease would last anyway: past
+    that it has expired by itself. The token check makes a late release harmless to a
+    runner that took over meanwhile. Returns whether it was given back."""
+    deadline = time.monotonic() + float(settings.JOURNAL_LEASE_SECONDS)
+    pause = 0.05
+    while True:
+        with contextlib.suppress(Exception):
+            connection.close()  # the broken one is never reused; the next query reconnects
+        try:
+            lease_release(lease, clean=clean)
+        except Exception as exc:
+            if not _database_lost(exc) or time.monotonic() + pause > deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            continue
+        return True
 
 
 def _advance(

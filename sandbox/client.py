@@ -56,6 +56,11 @@ class SandboxClient:
         result: JSON = self._call("POST", "/_sandbox/faults", spec)
         return result
 
+    def fault_log(self) -> list[JSON]:
+        """Every fault as it was applied: ``at`` (epoch s), ``fault``, ``operation``, ``key``."""
+        result: list[JSON] = self._call("GET", "/_sandbox/fault_log")["data"]
+        return result
+
     def faults(self) -> list[JSON]:
         result: list[JSON] = self._call("GET", "/_sandbox/faults")["data"]
         return result

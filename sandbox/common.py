@@ -192,10 +192,13 @@ class _Saved:
 
 
 class IdempotencyStore:
-    def __init__(self, lifetime: float) -> None:
+    def __init__(self, lifetime: float, on_expired: Callable[[str], None] | None = None) -> None:
         self.lifetime = lifetime
         self._lock = threading.Lock()
         self._items: dict[str, _Saved] = {}
+        # Told when a request comes with a key this store has forgotten (its lifetime passed):
+        # a client that retries that late gets a new effect.
+        self.on_expired = on_expired
 
     def clear(self) -> None:
         with self._lock:
@@ -209,6 +212,8 @@ class IdempotencyStore:
             if saved is not None and not saved.running and now - saved.created >= self.lifetime:
                 del self._items[key]
                 saved = None
+                if self.on_expired is not None:
+                    self.on_expired(key)
             if saved is None:
                 self._items[key] = _Saved(fingerprint=fingerprint, created=now)
                 return None
@@ -383,13 +388,20 @@ class Provider:
         self.lock = threading.RLock()
         self.routes: list[Route] = []
         self.ledger: list[JSON] = []
-        self.idempotency = IdempotencyStore(key_lifetime)
+        # Every fault as it was applied to a request (or, for "down", posted), with the
+        # request's idempotency key: what the chaos run counts and times recovery from.
+        self.fault_log: list[JSON] = []
+        self.idempotency = IdempotencyStore(
+            key_lifetime,
+            on_expired=lambda key: self.note_fault("key_expired", "*", key=key),
+        )
         self.faults = FaultSet()
         self.server: SandboxServer | None = None
         self.config: JSON = {"key_lifetime": key_lifetime}
         self.route("GET", "/_sandbox/health", self._health)
         self.route("GET", "/_sandbox/ledger", self._ledger)
         self.route("GET", "/_sandbox/faults", self._faults_list)
+        self.route("GET", "/_sandbox/fault_log", self._fault_log)
         self.route("POST", "/_sandbox/faults", self._faults_add)
         self.route("DELETE", "/_sandbox/faults", self._faults_clear)
         self.route("GET", "/_sandbox/config", self._config_get)
@@ -447,6 +459,15 @@ class Provider:
         with self.lock:
             self.ledger.append(entry)
 
+    def note_fault(
+        self, fault: str, operation: str, *, key: str | None = None, **extra: Any
+    ) -> None:
+        """Log a fault as it is applied (see ``fault_log``)."""
+        entry: JSON = {"at": time.time(), "fault": fault, "operation": operation, "key": key}
+        entry.update(extra)
+        with self.lock:
+            self.fault_log.append(entry)
+
     # -- admin endpoints
 
     def _health(self, request: Request) -> JSON:
@@ -469,12 +490,17 @@ class Provider:
     def _faults_list(self, request: Request) -> JSON:
         return {"data": self.faults.list()}
 
+    def _fault_log(self, request: Request) -> JSON:
+        with self.lock:
+            return {"data": list(self.fault_log)}
+
     def _faults_add(self, request: Request) -> JSON:
         fault = self.faults.add(request.params)
         if fault.fault == "down":
             if self.server is None:
                 raise invalid("server not running")
             self.server.go_down(fault.delay)
+            self.note_fault("down", "*", delay=fault.delay)
         return {"fault": fault.as_json()}
 
     def _faults_clear(self, request: Request) -> JSON:
@@ -507,6 +533,7 @@ class Provider:
         with self.lock:
             self.reset_objects()
             self.ledger.clear()
+            self.fault_log.clear()
         self.idempotency.clear()
         self.faults.clear()
         return {"ok": True}
@@ -521,6 +548,8 @@ class Provider:
         fault: Fault | None = None
         if route.operation is not None:
             fault = self.faults.take(route.operation)
+            if fault is not None:
+                self.note_fault(fault.fault, route.operation, key=request.idempotency_key)
         try:
             if route.operation is not None:
                 self.authenticate(request)
@@ -724,6 +753,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         body = b""
         try:
             if route.operation is not None and provider.faults.take_reset(route.operation):
+                key = headers.get("idempotency-key") or None
+                provider.note_fault("reset_before_read", route.operation, key=key)
                 self._abort(rst=True)
                 return
             length = int(headers.get("content-length", "0") or 0)

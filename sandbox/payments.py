@@ -446,11 +446,12 @@ class Payments(Provider):
         lag = float(self.config["search_lag"])
         now = time.monotonic()
         with self.lock:
-            hits = [
-                pi
-                for pi in self.intents.values()
-                if now - self.created_at[pi["id"]] >= lag and all(c(pi) for c in clauses)
-            ]
+            matching = [pi for pi in self.intents.values() if all(c(pi) for c in clauses)]
+            hits = [pi for pi in matching if now - self.created_at[pi["id"]] >= lag]
+            for hidden in matching:
+                if now - self.created_at[hidden["id"]] < lag:
+                    key = hidden["metadata"].get(REFERENCE_METADATA_KEY)
+                    self.note_fault("search_lag", "payment_intents.search", key=key)
             hits.sort(key=lambda o: self.order.get(o["id"], 0), reverse=True)
             page = request.params.get("page")
             start = int(page) if isinstance(page, str) and page.isdigit() else 0
@@ -612,10 +613,15 @@ class Payments(Provider):
         self.order[event["id"]] = len(self.order)
         if not self.config["webhook_url"]:
             return
-        due = time.monotonic() + float(self.config["webhook_delay"])
+        delay = float(self.config["webhook_delay"])
+        due = time.monotonic() + delay
         self._pending.append(_Pending(due, event, 1))
+        key = request.idempotency_key
+        if delay > 0:
+            self.note_fault("webhook_delay", kind, key=key, event=event["id"])
         if self._rng.random() < float(self.config["webhook_duplicate"]):
             self._pending.append(_Pending(due, event, 1))
+            self.note_fault("webhook_duplicate", kind, key=key, event=event["id"])
         self._wake.notify_all()
 
     def sign(self, payload: str, timestamp: int | None = None) -> str:
@@ -641,14 +647,17 @@ class Payments(Provider):
                     self._wake.wait(None if nxt is None else max(0.0, nxt - now))
                 for item in batch:
                     self._pending.remove(item)
-                if self.config["webhook_reorder"]:
+                if self.config["webhook_reorder"] and len(batch) > 1:
                     self._rng.shuffle(batch)
+                    self.note_fault("webhook_reorder", "*", events=len(batch))
                 url = self.config["webhook_url"]
                 loss = float(self.config["webhook_loss"])
                 lost = [self._rng.random() < loss for _ in batch]
             for item, is_lost in zip(batch, lost, strict=True):
                 if is_lost and item.attempt == 1:
                     self._note_delivery(item, None, "lost")
+                    key = (item.event.get("request") or {}).get("idempotency_key")
+                    self.note_fault("webhook_loss", item.event["type"], key=key)
                     continue
                 self._deliver(item, url)
 

@@ -3,6 +3,7 @@
 
     python scripts/stack.py run              # the demo; data kept under var/pg and var/redis
     python scripts/stack.py test -- CMD ...  # throwaway servers around CMD, exit with its code
+    python scripts/stack.py chaos -- CMD ... # the same, migrated; CMD may restart the servers
     python scripts/stack.py manage -- ARGS   # manage.py ARGS against the servers `run` started
 
 A server is started only when its URL (DATABASE_URL, REDIS_URL) is unset; otherwise that URL
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import json
 import os
 import secrets
 import shutil
@@ -55,15 +57,13 @@ STOP_TIMEOUT = 30.0
 WORKER_STOP_TIMEOUT = 15.0
 POLL_INTERVAL = 0.05
 
-# Only for a database that is thrown away when the command ends: the first three trade crash
-# safety, which it does not need, for speed; query semantics are unchanged. The connection
-# limit leaves room for tests that run many workers at once.
-PG_TEST_SETTINGS = (
-    "fsync=off",
-    "synchronous_commit=off",
-    "full_page_writes=off",
-    "max_connections=200",
-)
+# Only for a database that is thrown away when the command ends: the first two trade safety
+# against a crash of the machine, which it does not need, for speed; query semantics are
+# unchanged. Not synchronous_commit=off: the tests and the chaos run crash PostgreSQL itself
+# (an immediate shutdown) and every acknowledged commit must survive that, as the journal
+# assumes; with fsync off, waiting for the commit's write costs next to nothing. The
+# connection limit leaves room for tests that run many workers at once.
+PG_TEST_SETTINGS = ("fsync=off", "full_page_writes=off", "max_connections=200")
 
 PG_BENCH_SETTINGS = ("max_connections=200",)
 
@@ -977,6 +977,15 @@ class Child:
         self.pidfile.write_text(f"{proc.pid}\n")
         return proc
 
+    def restart(self) -> subprocess.Popen[bytes]:
+        """Start it again after it died; what it left in its group (RQ's scheduler) goes."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self._pump.join(timeout=2.0)
+        return self.start()
+
     def _copy(self, stream: IO[bytes] | None) -> None:
         if stream is None:
             return
@@ -1076,14 +1085,64 @@ def _start_sandboxes(
     return started
 
 
-def _watch(processes: Sequence[tuple[str, subprocess.Popen[bytes]]]) -> int:
-    """Wait until a process exits (then stop everything) or a stop signal arrives."""
+# A supervised process that dies is started again after a pause that doubles, up to this,
+# while it keeps dying soon after starting; one that ran this long starts over at the first.
+RESTART_PAUSES = (0.5, 30.0)
+RESTART_SETTLED = 60.0
+
+
+class Supervised:
+    """An app process (web, worker, sweeper) that is started again when it dies.
+
+    The journal makes a dead worker cost nothing but time (its task's lease expires, the
+    sweeper rings for it), so one crash must not take the demo down; the pause keeps a
+    process that cannot start (a broken setting) from spinning.
+    """
+
+    def __init__(self, child: Child) -> None:
+        self.child = child
+        self.started = time.monotonic()
+        self.pause = RESTART_PAUSES[0]
+        self.due: float | None = None
+        self.restarts = 0
+
+    @property
+    def name(self) -> str:
+        return self.child.name
+
+    def check(self, now: float) -> None:
+        proc = self.child.proc
+        if self.due is None and proc is not None and proc.poll() is not None:
+            ran = now - self.started
+            if ran >= RESTART_SETTLED:
+                self.pause = RESTART_PAUSES[0]
+            log(
+                f"{self.name} exited with code {proc.returncode} after {ran:.1f}s; starting it "
+                f"again in {self.pause:g}s"
+            )
+            self.due = now + self.pause
+            self.pause = min(self.pause * 2, RESTART_PAUSES[1])
+        if self.due is not None and now >= self.due:
+            self.child.restart()
+            self.started, self.due = time.monotonic(), None
+            self.restarts += 1
+
+
+def _watch(
+    processes: Sequence[tuple[str, subprocess.Popen[bytes]]],
+    supervised: Sequence[Supervised] = (),
+) -> int:
+    """Wait for a stop signal. A supervised process that dies is started again; any other
+    (a server, a sandbox) that exits stops everything."""
     while True:
         for name, proc in processes:
             code = proc.poll()
             if code is not None:
                 log(f"{name} exited unexpectedly with code {code}; stopping everything")
                 return 1
+        now = time.monotonic()
+        for child in supervised:
+            child.check(now)
         time.sleep(0.2)
 
 
@@ -1185,7 +1244,9 @@ def cmd_run() -> int:
         # The sweeper rings for tasks the journal says are runnable and nobody runs.
         sweeper = Child("sweeper", [python, manage, "sweep"], env, stop_timeout=STOP_TIMEOUT)
         cleanup.callback(sweeper.stop)
-        watched += [("web", web_proc), ("worker", worker.start()), ("sweeper", sweeper.start())]
+        worker.start()
+        sweeper.start()
+        supervised = [Supervised(web), Supervised(worker), Supervised(sweeper)]
         _wait_for_port("web server", web_port, web_proc)
         base = f"http://{HOST}:{web_port}"
         log(f"agentops is up at {base}/")
@@ -1194,8 +1255,8 @@ def cmd_run() -> int:
         log(f"  health: {base}/healthz")
         if not env_in.get("DATABASE_URL") or not env_in.get("REDIS_URL"):
             log("  data is kept in var/, server logs are in var/log/")
-        log("  Ctrl-C stops everything")
-        return _watch(watched)
+        log("  Ctrl-C stops everything; a web server, worker or sweeper that dies is restarted")
+        return _watch(watched, supervised)
     except Interrupted as stop:
         log(f"{stop} received; stopping")
         return 0
@@ -1231,6 +1292,78 @@ def _run_foreground(cmd: Sequence[str], env: dict[str, str]) -> int:
     return code if code >= 0 else 128 - code
 
 
+# --- restarting the servers on request (the chaos run) -------------------------------------
+
+CONTROL_VARIABLE = "AGENTOPS_STACK_CONTROL"
+
+
+class ServerControl:
+    """A UNIX socket through which the command we run may restart the servers we started:
+    the chaos run restarts PostgreSQL (a crash: immediate shutdown) and Redis (empty), and
+    only we know how they were started. One request per connection, a line each way:
+    ``restart postgres`` or ``restart redis`` → ``{"ok": true, "down_s": 1.2}``; ``servers``
+    → the names it can restart. The socket sits in our private runtime directory and is
+    its owner's only, like everything else there.
+    """
+
+    def __init__(self, path: Path, servers: dict[str, Postgres | Redis]) -> None:
+        self.path = path
+        self.servers = servers
+        self.lock = threading.Lock()
+        self.closing = False
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            self.sock.bind(str(path))
+        finally:
+            os.umask(old_umask)
+        self.sock.listen(4)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            with conn:
+                conn.settimeout(START_TIMEOUT * 2)
+                try:
+                    request = conn.makefile("r").readline().split()
+                    reply = self._handle(request)
+                    conn.sendall((json.dumps(reply) + "\n").encode())
+                except OSError:
+                    continue
+
+    def _handle(self, request: list[str]) -> dict[str, object]:
+        if request == ["servers"]:
+            return {"ok": True, "servers": sorted(self.servers)}
+        if len(request) != 2 or request[0] != "restart" or request[1] not in self.servers:
+            return {"ok": False, "error": f"cannot do {' '.join(request)!r}"}
+        name = request[1]
+        with self.lock:
+            if self.closing:
+                return {"ok": False, "error": "stopping"}
+            began = time.monotonic()
+            server = self.servers[name]
+            try:
+                server.stop()
+                server.start()
+            except StackError as error:
+                return {"ok": False, "error": str(error)}
+            down = time.monotonic() - began
+        log(f"{name} restarted on request ({down:.1f}s down)")
+        return {"ok": True, "down_s": round(down, 3)}
+
+    def close(self) -> None:
+        with self.lock:  # waits for a restart under way to finish
+            self.closing = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.path.unlink(missing_ok=True)
+
+
 def _sweep_abandoned_test_dirs() -> None:
     """Remove what `test` runs killed with SIGKILL left behind, servers included."""
     private_runtimes = Path(tempfile.gettempdir()).glob("agentops-test-*-*")
@@ -1254,11 +1387,15 @@ def _sweep_abandoned_test_dirs() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
+def cmd_test(cmd: Sequence[str], *, mode: str = "test") -> int:
+    """Throwaway servers around CMD. ``mode``: ``test`` (fast settings), ``bench`` (durable
+    PostgreSQL), ``chaos`` (migrated first; CMD then runs as the app's role only). CMD may
+    restart the servers through ``ServerControl``."""
     env = dict(os.environ)
     root = VAR / f"test-{os.getpid()}"
     cleanup = contextlib.ExitStack()
     started = time.monotonic()
+    restartable: dict[str, Postgres | Redis] = {}
     try:
         run_as = _server_identity()
         traversable = run_as.uid is not None
@@ -1283,7 +1420,7 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
                     log_path=root / "postgres.log",
                     secrets_dir=root / "secrets",
                     # A benchmark measures real commits: only the connection limit changes.
-                    settings=PG_BENCH_SETTINGS if durable else PG_TEST_SETTINGS,
+                    settings=PG_BENCH_SETTINGS if mode == "bench" else PG_TEST_SETTINGS,
                     throwaway=True,
                     install=pg_install,
                 )
@@ -1291,6 +1428,7 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
                 try:
                     pg.prepare()
                     pg.start()
+                    restartable["postgres"] = pg
                     break
                 except PortInUse:
                     if attempt == 2:
@@ -1315,11 +1453,23 @@ def cmd_test(cmd: Sequence[str], *, durable: bool = False) -> int:
                 cleanup.callback(redis.stop)
                 try:
                     redis.start()
+                    restartable["redis"] = redis
                     break
                 except PortInUse:
                     if attempt == 2:
                         raise
             env["REDIS_URL"] = redis.url
+        if restartable:
+            # Stopped before the servers (an ExitStack unwinds last in, first out).
+            control = ServerControl(root / "control.sock", restartable)
+            cleanup.callback(control.close)
+            env[CONTROL_VARIABLE] = str(control.path)
+        if mode == "chaos":
+            # Production settings, as `make run`; the key is thrown away with the servers.
+            env.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+            env.setdefault("DJANGO_HTTPS", "0")
+            _manage(["migrate", "--noinput", "--verbosity", "0"], env)
+            env.pop("DATABASE_OWNER_URL", None)  # CMD runs as the app's role only
         log(f"servers ready in {time.monotonic() - started:.1f}s; running {' '.join(cmd)}")
         return _run_foreground(cmd, env)
     except Interrupted as stop:
@@ -1375,6 +1525,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     test.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     bench = commands.add_parser("bench", help="like test, with a durable PostgreSQL (fsync on)")
     bench.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    chaos = commands.add_parser(
+        "chaos", help="like test, migrated, with servers CMD may crash and restart"
+    )
+    chaos.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     manage = commands.add_parser("manage", help="manage.py against the servers of `make run`")
     manage.add_argument("cmd", nargs=argparse.REMAINDER, help="-- MANAGE.PY ARGS...")
     args = parser.parse_args(argv)
@@ -1389,7 +1543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmd = cmd[1:]
     if not cmd:
         parser.error(f"{args.command} needs a command: stack.py {args.command} -- CMD ARGS...")
-    return cmd_test(cmd, durable=args.command == "bench")
+    return cmd_test(cmd, mode=args.command)
 
 
 if __name__ == "__main__":

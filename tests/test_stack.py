@@ -11,6 +11,7 @@ import os
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -78,3 +79,62 @@ def test_the_launcher_changes_no_permission_outside_its_own_directories(tmp_path
     with pytest.raises(stack.StackError, match="outside"):
         stack.RunAs(uid=65534, gid=65534).own(tmp_path)
     assert "useradd" not in (REPO / "scripts" / "stack.py").read_text()
+
+
+def test_a_supervised_process_that_dies_is_started_again_after_a_growing_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stack = _stack()
+    monkeypatch.setattr(stack, "RESTART_PAUSES", (0.05, 0.2))
+    child = stack.Child(
+        "test-supervised",
+        [sys.executable, "-c", "import sys; sys.exit(3)"],
+        dict(os.environ),
+        stop_timeout=5.0,
+    )
+    supervised = stack.Supervised(child)
+    child.start()
+    pids = [child.proc.pid]
+    try:
+        deadline = time.monotonic() + 30
+        while supervised.restarts < 3:
+            assert time.monotonic() < deadline, "the dead process was not started again"
+            supervised.check(time.monotonic())
+            if child.proc.pid != pids[-1]:
+                pids.append(child.proc.pid)
+            time.sleep(0.01)
+        assert len(set(pids)) == 4  # a new process each time
+        assert supervised.pause == 0.2  # doubled while it kept dying at once, then capped
+    finally:
+        child.stop()
+
+
+def _control(request: str) -> dict[str, object]:
+    import json
+    import socket
+
+    path = os.environ.get("AGENTOPS_STACK_CONTROL")
+    if not path:
+        pytest.skip("the servers were not started by scripts/stack.py test")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(60)
+        sock.connect(path)
+        sock.sendall(request.encode() + b"\n")
+        answer: dict[str, object] = json.loads(sock.makefile("r").readline())
+    return answer
+
+
+def test_the_command_may_restart_the_servers_it_was_given_and_nothing_else() -> None:
+    import redis
+
+    servers = _control("servers")["servers"]
+    assert isinstance(servers, list) and set(servers) <= {"postgres", "redis"}
+    assert stat.S_IMODE(os.stat(os.environ["AGENTOPS_STACK_CONTROL"]).st_mode) == 0o600
+    if "redis" not in servers:
+        pytest.skip("REDIS_URL names a server stack.py did not start")
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    client.set("agentops:test:restart", "1")
+    answer = _control("restart redis")
+    assert answer["ok"] is True and isinstance(answer["down_s"], float)
+    assert client.get("agentops:test:restart") is None  # it came back empty
+    assert _control("restart the world")["ok"] is False

@@ -35,6 +35,12 @@ def message_id(key: str) -> str:
     return f"<{key}@agentops>"
 
 
+def purpose_label(args: Mapping[str, Any]) -> str:
+    """``receipt``, ``reminder 2``: a message's purpose, with its number for a reminder."""
+    purpose = str(args["purpose"])
+    return f"{purpose} {args['reminder']}" if purpose == "reminder" else purpose
+
+
 class SendEmail(SchemaTool):
     name = "send_email"
     description = "Send an email to a customer (cannot be taken back)."
@@ -98,6 +104,13 @@ class SendEmail(SchemaTool):
                 "subject": args["subject"],
                 "body": args["body"],
                 "message_id": message_id(key),
+                # What the message is about, on the message itself: whoever reads the
+                # provider's records (a person, the chaos run's audit) sees which reminder of
+                # which invoice it was, whatever its subject says.
+                "headers": {
+                    "X-Agentops-Reference": args["reference"],
+                    "X-Agentops-Purpose": purpose_label(args),
+                },
             },
         )
         if isinstance(seen, Reply) and seen.status < 300:

@@ -60,6 +60,33 @@ def test_an_email_is_sent_once_with_the_key_in_its_message_id(mail_sandbox: Sand
     [sent] = mail_sandbox.client.ledger(key=step.key)
     assert sent["reference"] == message_id(step.key)
     assert step.outcome["evidence"]["message_id"] == message_id(step.key)
+    assert sent["params"]["headers"] == {
+        "X-Agentops-Reference": step.args["reference"],
+        "X-Agentops-Purpose": "receipt",
+    }
+
+
+def test_a_reminder_says_which_reminder_of_which_invoice_it_is(
+    mail_sandbox: SandboxHandle,
+) -> None:
+    inv = invoice()
+    reminder = Call(
+        "send_email",
+        {
+            "to": "ada@example.com",
+            "subject": "A gentle nudge",
+            "body": "Please pay.",
+            "reference": inv,
+            "purpose": "reminder",
+            "reminder": 2,
+        },
+    )
+    _, [step] = run(reminder)
+    [sent] = mail_sandbox.client.ledger(key=step.key)
+    assert sent["params"]["headers"] == {
+        "X-Agentops-Reference": inv,
+        "X-Agentops-Purpose": "reminder 2",
+    }
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from agentops.workers import AgentopsJob, AgentopsWorker, JobRefused
-from tests.agentops.workers import WORKER, Fleet
+from agentops.workers import WORKER_ARGS, AgentopsJob, AgentopsWorker, JobRefused
+from tests.agentops.workers import Fleet
 
 
 def _without_password(url: str) -> str:
@@ -62,7 +62,7 @@ def _enqueue_raw(function: str, **options: object) -> Job:
 def test_a_worker_refuses_a_job_naming_a_foreign_function(fleet: Fleet) -> None:
     job = _enqueue_raw("os.getcwd")
     # A real worker process, as make run starts it, emptying the queue once.
-    worker = fleet._start([*WORKER, "--burst"])
+    worker = fleet._start([*WORKER_ARGS, "--burst"])
     assert worker.wait(timeout=60) == 0
     job = Job.fetch(
         job.id, connection=django_rq.get_connection("default"), serializer=JSONSerializer

@@ -8,6 +8,7 @@ after 0.5 s, leases last 2 s, lookups come 0.2 s apart.
 from __future__ import annotations
 
 import signal
+import time
 from typing import Any
 
 import django_rq
@@ -16,7 +17,7 @@ import pytest
 from agentops.runner import task_start
 from journal.models import Entry, EntryKind, Step, Task
 from journal.selectors import task_facts
-from tests.agentops.workers import Fleet
+from tests.agentops.workers import Fleet, restart_server
 from tests.journal.support import invoice
 from tests.sandbox.fixtures import SandboxHandle, wait_for
 
@@ -162,3 +163,28 @@ def test_a_second_charge_for_the_invoice_while_the_first_is_unknown_is_refused(
     assert payments_sandbox.client.ledger(key=refused.key) == []
     first = finished(first)
     assert effects(first, payments_sandbox, mail_sandbox) == {"charge_customer": 1, "send_email": 1}
+
+
+def test_a_postgresql_restart_mid_run_hands_the_task_on_at_once_not_after_its_lease(
+    fleet: Fleet, payments_sandbox: SandboxHandle, mail_sandbox: SandboxHandle
+) -> None:
+    # The charge is in flight for 2 s (the client gives up at 0.5 s); meanwhile PostgreSQL
+    # restarts, so the runner cannot record what it saw. Its lease would hold the task for
+    # 30 s; it gives it back as soon as the database answers, and rings for it again.
+    payments_sandbox.client.fault("payment_intents.create", "latency_before_effect", delay=2.0)
+    fleet.worker(JOURNAL_LEASE_SECONDS="30")
+    task = renewal()
+    wait_for(
+        lambda: Step.objects.filter(task=task, n=1, state="pending").exists(),
+        timeout=20,
+        what="the charge to be in flight",
+    )
+    restarted = time.monotonic()
+    restart_server("postgres")
+    task = finished(task, timeout=30)
+    assert time.monotonic() - restarted < 15, "the task waited out its lease"
+    assert task.status == "finished" and task.failed_runs == 0
+    assert effects(task, payments_sandbox, mail_sandbox) == {"charge_customer": 1, "send_email": 1}
+    # The step recorded before the crash is the one that settled: nothing was decided twice.
+    assert Step.objects.get(task=task, n=1).state == "done"
+    assert not Step.objects.filter(task=task, refusal__gt="").exists()

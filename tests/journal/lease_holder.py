@@ -3,7 +3,10 @@
 Says ``ready`` once Django is set up, then obeys its parent line by line: ``acquire S``
 takes the lease of the task named on the command line for S seconds and says ``acquired N``
 (the token) or ``busy``; ``write`` records a step under that lease and says ``wrote N`` or
-``lease_lost``. Start-up time never eats into a lease: nothing is acquired before ``ready``.
+``lease_lost``; ``hold`` opens a transaction and fences (the task's row is locked until it
+commits), says ``holding``, and waits for ``commit``, then says ``committed`` or
+``database_lost``. Start-up time never eats into a lease: nothing is acquired before
+``ready``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import django
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings_test")
     django.setup()
-    from journal.leases import Lease, LeaseLost, lease_acquire
+    from django.db import DatabaseError, transaction
+
+    from journal.leases import Lease, LeaseLost, fence, lease_acquire
     from journal.record import step_record
     from tests.journal.support import ChargeTool, Provider, charge, invoice
 
@@ -43,6 +48,16 @@ def main() -> None:
                 print("lease_lost", flush=True)
             else:
                 print(f"wrote {step.n}", flush=True)
+        elif command == "hold" and lease is not None:
+            try:
+                with transaction.atomic():
+                    fence(lease)
+                    print("holding", flush=True)
+                    sys.stdin.readline()  # "commit"
+            except DatabaseError:  # the server ended the session meanwhile
+                print("database_lost", flush=True)
+            else:
+                print("committed", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,3 +127,34 @@ def test_the_same_holder_can_be_fenced_in_process_too() -> None:
     with pytest.raises(LeaseLost):
         fence(old)
     assert fence(new).step_count == 0
+
+
+def test_a_holder_stopped_inside_a_transaction_does_not_keep_its_task_past_its_lease(
+    runners: list[Runner],
+) -> None:
+    """A runner paused (SIGSTOP, a frozen VM, a debugger) between a write's first statement
+    and its commit holds the task's row lock: every runner that takes the task up would wait
+    for it, however long. The server ends a session idle in a transaction for as long as a
+    lease lasts; its write rolls back, and the task goes on."""
+    task = task_create(kind="renewal", goal="charge")
+    [paused] = _ready(task, 1, runners)
+    # Leases as long as the settings' (2 s in the tests): the stop outlasts it.
+    assert paused.tell("acquire 2") == "acquired 1"
+    assert paused.tell("hold") == "holding"  # the fence's extension is not committed
+    os.kill(paused.proc.pid, signal.SIGSTOP)
+    try:
+        with connection.cursor() as cursor:
+            # Without the server's limit, this would wait until the holder woke up.
+            cursor.execute("SET lock_timeout = '15s'")
+        deadline = time.monotonic() + 15
+        taken = None
+        while taken is None:
+            assert time.monotonic() < deadline, "the task stayed with the stopped runner"
+            taken = lease_acquire(task_id=task.pk, owner="next")
+            time.sleep(0.1)
+        assert taken.token == 2
+    finally:
+        os.kill(paused.proc.pid, signal.SIGCONT)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    assert paused.tell("commit") == "database_lost"  # it learns when it wakes up

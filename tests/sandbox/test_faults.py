@@ -223,3 +223,31 @@ def test_network_faults_also_hit_replays(payments_sandbox, stripe_sandbox):
         create(stripe_sandbox, key)  # the replay's reply is lost; nothing new happens
     assert create(stripe_sandbox, key).id == pi.id
     assert len(payments_sandbox.client.ledger(key=key)) == 1
+
+
+def test_every_applied_fault_is_logged_with_the_requests_key(payments_sandbox, stripe_sandbox):
+    hit, spared = unique(), unique()
+    payments_sandbox.client.fault(OP, "error_500_after")
+    before = time.time()
+    with pytest.raises(stripe.APIError):
+        create(stripe_sandbox, hit)
+    create(stripe_sandbox, spared)
+    logged = [e for e in payments_sandbox.client.fault_log() if e["key"] in (hit, spared)]
+    assert [(e["fault"], e["operation"], e["key"]) for e in logged] == [
+        ("error_500_after", OP, hit)
+    ]
+    assert before <= logged[0]["at"] <= time.time()
+
+
+def test_a_key_used_after_its_lifetime_is_logged_as_expired(payments_sandbox, stripe_sandbox):
+    key = unique()
+    payments_sandbox.client.config(key_lifetime=0.2)
+    try:
+        create(stripe_sandbox, key)
+        time.sleep(0.3)
+        create(stripe_sandbox, key)  # forgotten: a second effect, as real Stripe would do
+    finally:
+        payments_sandbox.client.config(key_lifetime=86400)
+    assert len(payments_sandbox.client.ledger(key=key)) == 2
+    expired = [e for e in payments_sandbox.client.fault_log() if e["key"] == key]
+    assert [e["fault"] for e in expired] == ["key_expired"]

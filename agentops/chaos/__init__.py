@@ -1,4 +1,9 @@
-"""Fault injection for the chaos run and the worker tests: a worker that kills itself.
+"""The chaos run (``manage.py chaos``, README "Proof: the chaos run") and its fault injection.
+
+This module is what a worker imports: a worker that kills itself. The run itself lives in
+the submodules: ``plan`` (the seeded tasks and faults), ``world`` (the processes it starts
+and breaks), ``naive`` (the harness it is compared with), ``audit`` (the journal against
+the providers' ledgers) and ``run`` (the service the command calls).
 
 With ``AGENTOPS_CHAOS_KILL=<point>:<tool>`` set, the first call of ``<tool>`` in this
 process ends the process with SIGKILL — no cleanup, no lease release, exactly as a crash:

@@ -1,0 +1,547 @@
+"""The chaos run: the service ``manage.py chaos`` calls (README, "Proof: the chaos run").
+
+It starts the run's world (agentops.chaos.world), starts the plan's tasks at their moments,
+does the plan's faults at theirs, acts as the operator who approves (or rejects) held trips,
+clears the provider faults when the fault window ends, lets reconciliation run to its
+deadline, stops the workers, and audits the journal (or the naive loop's records) against
+the providers' ledgers (agentops.chaos.audit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+import django_rq
+from django.db import InterfaceError, OperationalError, connections
+from django.db.models import Count
+from django.db.models.functions import Now
+from django.test import override_settings
+from rq.worker import Worker
+
+from agentops.chaos.audit import (
+    Hit,
+    Ledgers,
+    audit_journal,
+    audit_naive,
+    business_duplicates,
+    faults_counted,
+)
+from agentops.chaos.naive import NAIVE_JOB, record_path, started_path
+from agentops.chaos.plan import Event, Plan, TaskSpec, plan_make
+from agentops.chaos.world import REPO, World, restartable_servers, stack_control, world_running
+from agentops.runner import task_approve, task_reject, task_start
+from journal.models import Approval, ApprovalState, Entry, Task, TaskStatus
+from journal.status import ADVANCING, FINAL
+
+HARNESSES = ("safe", "naive")
+OPERATOR = "chaos-operator"
+TICK = 0.2
+STILL_MOVING = 15.0
+"""Past its deadline, a run goes on while tasks still change state this recently."""
+NAIVE_SETTLE = 30.0
+# The figures a run must show at zero to pass: the issue's three, and the business-level
+# ones the harness holds itself to as well.
+MUST_BE_ZERO = (
+    "duplicates",
+    "lost",
+    "compensation_mismatch",
+    "business_duplicates",
+    "dropped_intents",
+    "untrue_summaries",
+    "journal_mismatch",
+)
+
+T = TypeVar("T")
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+
+
+class ChaosRefused(Exception):
+    """The run cannot start as asked; nothing was started."""
+
+
+def _queue_to_itself() -> None:
+    """Refuse to share the queue: another worker (``make run``'s, say) would take the run's
+    tasks and act on them against other providers, and the audit would find effects missing."""
+    queue = django_rq.get_queue("default")
+    workers = Worker.all(queue=queue)
+    if workers:
+        names = ", ".join(sorted(w.name for w in workers)[:3])
+        raise ChaosRefused(
+            f"{len(workers)} RQ worker(s) already listen on the queue {queue.name!r} ({names}): "
+            "they would run this run's tasks against other providers. Stop them (make run's "
+            "worker, for one), or give the run a Redis of its own (REDIS_URL, or make chaos)"
+        )
+
+
+def _db(action: Callable[[], T], otherwise: T) -> T:
+    """Run a query of the driver's own; while the database is away (the run restarts it),
+    say ``otherwise`` and reconnect next time."""
+    try:
+        return action()
+    except DATABASE_ERRORS:
+        connections.close_all()
+        return otherwise
+
+
+@dataclass
+class Bar:
+    """A progress bar on a terminal; a line every few seconds anywhere else (a CI log)."""
+
+    out: TextIO | None
+    label: str
+    every: float = 10.0
+    last: float = 0.0
+    drawn: bool = False
+
+    def show(self, done: int, total: int, note: str, *, force: bool = False) -> None:
+        if self.out is None:
+            return
+        tty = self.out.isatty()
+        now = time.monotonic()
+        if not force and now - self.last < (0.5 if tty else self.every):
+            return
+        self.last = now
+        width = 24
+        filled = int(width * done / max(1, total))
+        line = f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {note}"
+        if tty:
+            self.out.write("\r" + line.ljust(110)[:140])
+            self.drawn = True
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.out is not None and self.drawn:
+            self.out.write("\n")
+            self.out.flush()
+
+
+@dataclass
+class Driver:
+    plan: Plan
+    harness: str
+    world: World
+    servers: set[str]
+    started: float = field(default_factory=time.time)
+    task_ids: dict[int, str] = field(default_factory=dict)
+    fired: int = 0
+    process_faults: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    hits: list[Hit] = field(default_factory=list)
+    approvals: Counter[str] = field(default_factory=Counter)
+    deaths: list[dict[str, Any]] = field(default_factory=list)
+    calm: bool = False
+    host: str = field(default_factory=socket.gethostname)
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.task_ids.values())
+
+    def name(self, spec: TaskSpec) -> str:
+        return f"{self.plan.run}-{spec.n}"
+
+    # --- tasks --------------------------------------------------------------------------
+
+    def submit_due(self, elapsed: float) -> None:
+        for spec in self.plan.tasks:
+            if spec.n in self.task_ids or self.plan.submit_at(spec) > elapsed:
+                continue
+            started = self._submit(spec)
+            if started is None:
+                return  # the world is down for now: try again next tick, in order
+            self.task_ids[spec.n] = started
+
+    def _submit(self, spec: TaskSpec) -> str | None:
+        if self.harness == "naive":
+            body = {"task": self.name(spec), "kind": spec.kind, "refs": spec.refs}
+            try:
+                django_rq.get_queue("default").enqueue(
+                    NAIVE_JOB, json.dumps(body), job_timeout=120, result_ttl=600
+                )
+            except Exception:  # Redis is being restarted: again next tick
+                return None
+            return self.name(spec)
+        goal = f"{spec.goal} (chaos {self.plan.run} #{spec.n})"
+        try:
+            return str(task_start(kind=spec.kind, goal=goal, refs=spec.refs, actor=OPERATOR).pk)
+        except Exception:
+            # Recorded, and then the ring failed (Redis away: the sweeper rings it); or the
+            # database went away around the commit. Which one, the database says.
+            connections.close_all()
+            found = _db(
+                lambda: Task.objects.filter(goal=goal).values_list("pk", flat=True).first(), None
+            )
+            return str(found) if found is not None else None
+
+    def decide_approvals(self) -> None:
+        """The operator: approve or reject each held trip, as the plan says."""
+        if self.harness != "safe":
+            return
+        pending: list[tuple[int, uuid.UUID, str]] = _db(
+            lambda: list(
+                Approval.objects.filter(
+                    task_id__in=self.ids, state=ApprovalState.PENDING
+                ).values_list("pk", "task_id", "digest")
+            ),
+            [],
+        )
+        decisions = {
+            self.task_ids[s.n]: s.decision for s in self.plan.tasks if s.n in self.task_ids
+        }
+        for approval, task_id, digest in pending:
+            decision = decisions.get(str(task_id)) or "approve"
+            try:
+                if decision == "approve":
+                    task_approve(
+                        task_id=task_id, approval_id=approval, digest=digest, actor=OPERATOR
+                    )
+                else:
+                    task_reject(
+                        task_id=task_id,
+                        approval_id=approval,
+                        actor=OPERATOR,
+                        reason="rejected by the chaos run's operator, as its plan says",
+                    )
+                self.approvals[{"approve": "approved", "reject": "rejected"}[decision]] += 1
+            except Exception:  # decided meanwhile, or the world is down: look again
+                connections.close_all()
+
+    # --- faults -------------------------------------------------------------------------
+
+    def arm_providers(self) -> None:
+        for rule in self.plan.rules:
+            self.world.providers[rule.provider].fault(
+                rule.operation,
+                rule.fault,
+                probability=rule.probability,
+                seed=rule.seed,
+                times=None,
+                delay=rule.delay,
+            )
+
+    def calm_providers(self) -> None:
+        """The fault window is over: providers stop failing and webhooks arrive once."""
+        for name in self.world.providers:
+            self.world.admin(name, lambda c: c.clear_faults())
+        self.world.admin(
+            "payments",
+            lambda c: c.config(
+                webhook_delay=0.0, webhook_duplicate=0.0, webhook_loss=0.0, webhook_reorder=False
+            ),
+        )
+        self.calm = True
+
+    def fire_due(self, elapsed: float) -> None:
+        while self.fired < len(self.plan.events) and self.plan.events[self.fired].at <= elapsed:
+            self._fire(self.plan.events[self.fired])
+            self.fired += 1
+
+    def _fire(self, event: Event) -> None:
+        at = time.time()
+        if event.kind in ("worker_sigkill", "worker_sigstop"):
+            if event.kind == "worker_sigkill":
+                pid = self.world.worker_kill(pick=event.pick, arm_next=event.target)
+            else:
+                pid = self.world.worker_stop(pick=event.pick, seconds=event.duration)
+            # Its lease outlives it (that is the point): the tasks it held are still its.
+            struck = self._held_by(pid, at)
+            self.hits += [Hit(event.kind, at, task, due) for task, due in struck]
+        elif event.kind in ("redis_restart", "postgres_restart"):
+            server = event.kind.split("_")[0]
+            if server not in self.servers:
+                self.skipped[event.kind] += 1
+                return
+            # The naive harness keeps nothing in PostgreSQL: a restart does not touch it.
+            naive_pg = self.harness == "naive" and server == "postgres"
+            struck = [] if naive_pg else self._waiting_on_a_doorbell(at)
+            answer = stack_control(f"restart {server}") or {}
+            if not answer.get("ok"):
+                self.skipped[event.kind] += 1
+                return
+            if server == "postgres":
+                connections.close_all()
+            self.hits += [Hit(event.kind, at, task, due) for task, due in struck]
+        elif event.kind == "provider_down":
+            self.world.admin(event.target, lambda c: c.fault("*", "down", delay=event.duration))
+        if event.kind != "provider_down":  # the provider logs its own
+            self.process_faults[event.kind] += 1
+
+    def _held_by(self, pid: int, at: float) -> list[tuple[str, float]]:
+        """The tasks a worker process is advancing now (they wait on it)."""
+        if self.harness == "naive":
+            return [(name, at) for name in self._naive_running(pid)]
+        owner = f"{self.host}:{pid}"
+        held: list[uuid.UUID] = _db(
+            lambda: list(
+                Task.objects.filter(
+                    pk__in=self.ids, lease_owner=owner, lease_expires_at__gt=Now()
+                ).values_list("pk", flat=True)
+            ),
+            [],
+        )
+        return [(str(pk), at) for pk in held]
+
+    def _waiting_on_a_doorbell(self, at: float) -> list[tuple[str, float]]:
+        """Tasks that are advancing (their rings live in Redis; their runs need PostgreSQL),
+        each with when it would move at the earliest."""
+        if self.harness == "naive":
+            # Its queued jobs live in Redis alone.
+            naive = self.world.naive_dir
+            return [(n, at) for n in self.ids if not started_path(naive, n).exists()]
+        rows: list[tuple[uuid.UUID, datetime | None]] = _db(
+            lambda: list(
+                Task.objects.filter(pk__in=self.ids, status__in=ADVANCING).values_list(
+                    "pk", "wake_at"
+                )
+            ),
+            [],
+        )
+        return [(str(pk), max(at, wake.timestamp()) if wake else at) for pk, wake in rows]
+
+    def _naive_running(self, pid: int) -> list[str]:
+        running = []
+        for name in self.ids:
+            marker = started_path(self.world.naive_dir, name)
+            if not marker.exists() or record_path(self.world.naive_dir, name).exists():
+                continue
+            try:
+                if json.loads(marker.read_text()).get("pid") == pid:
+                    running.append(name)
+            except ValueError:
+                continue
+        return running
+
+    def tend_workers(self) -> None:
+        for death in self.world.supervise():
+            self.deaths.append(asdict(death))
+            if death.armed and not death.killed:
+                point = death.armed.split(":")[0]
+                self.process_faults[f"worker_killed_{point}"] += 1
+                struck = self._held_by(death.pid, death.at)
+                self.hits += [Hit(f"worker_killed_{point}", death.at, t, d) for t, d in struck]
+
+    # --- watching -----------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        if self.harness == "naive":
+            over = sum(record_path(self.world.naive_dir, n).exists() for n in self.ids)
+            return {"over": over, "running": len(self.ids) - over}
+        rows = _db(
+            lambda: list(
+                Task.objects.filter(pk__in=self.ids)
+                .values_list("status")
+                .annotate(n=Count("pk"))
+                .order_by()
+            ),
+            None,
+        )
+        if rows is None:
+            return {}
+        by = dict(rows)
+        try:
+            queued = django_rq.get_queue("default").count
+        except Exception:  # Redis restarting
+            queued = -1
+        return {
+            "queued": queued,
+            "over": sum(by.get(s, 0) for s in FINAL),
+            "human": by.get(TaskStatus.NEEDS_HUMAN, 0),
+            "waiting": by.get(TaskStatus.WAITING, 0),
+            "held": by.get(TaskStatus.AWAITING_APPROVAL, 0),
+            "running": by.get(TaskStatus.RUNNABLE, 0),
+        }
+
+
+def chaos_run(
+    *,
+    tasks: int = 300,
+    seed: int = 1,
+    harness: str = "safe",
+    workers: int = 3,
+    workdir: Path | None = None,
+    out: TextIO | None = sys.stderr,
+    time_limit: float = 540.0,
+) -> dict[str, Any]:
+    """Run the chaos run and return its figures (see agentops.chaos.audit); ``ok`` is true
+    only when every figure in :data:`MUST_BE_ZERO` is zero."""
+    if harness not in HARNESSES:
+        raise ValueError(f"harness: {harness!r} is not one of {', '.join(HARNESSES)}")
+    _queue_to_itself()
+    began = time.monotonic()
+    run = f"s{seed}-{uuid.uuid4().hex[:6]}"
+    plan = plan_make(seed=seed, tasks=tasks, run=run)
+    workdir = workdir or REPO / "var" / "chaos" / run
+    servers = restartable_servers()
+    bar = Bar(out, f"chaos seed {seed} {harness}")
+    with (
+        override_settings(**plan.world.driver_settings()),
+        world_running(plan=plan, harness=harness, workers=workers, workdir=workdir) as world,
+    ):
+        driver = Driver(plan=plan, harness=harness, world=world, servers=servers)
+        driver.arm_providers()
+        t0 = time.time()
+        settle_by = plan.faults_until + (
+            plan.world.settle_budget if harness == "safe" else NAIVE_SETTLE
+        )
+        last_counts: dict[str, int] = {}
+        last_change = time.monotonic()
+        while True:
+            elapsed = time.time() - t0
+            driver.submit_due(elapsed)
+            driver.fire_due(elapsed)
+            driver.tend_workers()
+            driver.decide_approvals()
+            if not driver.calm and elapsed >= plan.faults_until:
+                driver.calm_providers()
+            counts = driver.counts()
+            if counts and counts != last_counts:
+                last_counts, last_change = counts, time.monotonic()
+            all_in = len(driver.task_ids) == len(plan.tasks) and driver.fired == len(plan.events)
+            over = counts.get("over", 0) + counts.get("human", 0)
+            faults = sum(driver.process_faults.values())
+            note = " · ".join(f"{v} {k}" for k, v in counts.items() if k != "over" and v)
+            bar.show(
+                over, len(plan.tasks), f"over · {note} · {faults} process faults · {elapsed:.0f}s"
+            )
+            if all_in and over == len(plan.tasks):
+                break
+            quiet = time.monotonic() - last_change > STILL_MOVING
+            if all_in and elapsed > settle_by and quiet:
+                break
+            if time.monotonic() - began > time_limit:
+                break
+            time.sleep(TICK)
+        bar.show(over, len(plan.tasks), "over; auditing", force=True)
+        bar.close()
+        world.stop_workers()
+        connections.close_all()
+        ledgers = Ledgers(
+            entries={name: world.admin(name, lambda c: c.ledger()) for name in world.providers},
+            fault_logs={
+                name: world.admin(name, lambda c: c.fault_log()) for name in world.providers
+            },
+        )
+        names = [driver.task_ids.get(s.n, driver.name(s)) for s in plan.tasks]
+        if harness == "safe":
+            report = audit_journal(
+                plan=plan, task_ids=driver.ids, ledgers=ledgers, hits=driver.hits
+            )
+        else:
+            report = audit_naive(
+                plan=plan,
+                task_names=names,
+                directory=world.naive_dir,
+                ledgers=ledgers,
+                hits=driver.hits,
+            )
+        samples = report.pop("recovery_samples")
+        details = {
+            "recovery": samples,
+            "deaths": driver.deaths,
+            "slow": _timelines(samples, slower_than=2 * plan.world.lease),
+        }
+        with os.fdopen(
+            os.open(workdir / "details.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w"
+        ) as kept:
+            json.dump(details, kept, indent=1, default=str)
+        doubled = business_duplicates(ledgers)
+        report["business_duplicates"] = len(doubled)
+        if doubled:
+            report["examples"]["business_duplicates"] = doubled[:10]
+        unplanned = [d for d in driver.deaths if not d["killed"] and not d["armed"]]
+        world_said = plan.world
+        report.update(
+            faults_injected=faults_counted(ledgers, driver.process_faults),
+            faults_skipped=dict(driver.skipped),
+            # The standing conditions, which the fault log counts only when they bite.
+            world={
+                "tool_timeout_s": world_said.tool_timeout,
+                "lease_s": world_said.lease,
+                "key_lifetimes_s": world_said.key_lifetimes,
+                "search_lag_s": world_said.search_lag,
+                "webhooks": {k: v for k, v in world_said.webhook.items() if k != "webhook_seed"},
+                "full_hotels": len(plan.full_hotels),
+                "held_trips": sum(1 for t in plan.tasks if t.held),
+                "asked_twice": sum(1 for t in plan.tasks if t.repeats),
+            },
+            approvals=dict(driver.approvals),
+            workers=workers,
+            worker_restarts=world.started_workers - workers,
+            worker_deaths_unplanned=len(unplanned),
+        )
+    figures = {
+        "seed": seed,
+        "harness": harness,
+        **report,
+        "wall_s": round(time.monotonic() - began, 1),
+        "workdir": str(workdir),
+    }
+    figures["ok"] = all(not figures.get(name) for name in MUST_BE_ZERO)
+    return figures
+
+
+def _timelines(samples: list[dict[str, Any]], *, slower_than: float) -> dict[str, Any]:
+    """The journal of each task that took long to move again after a fault, for a person
+    looking into why (written beside the run's logs)."""
+    slow = {s["task"]: s for s in samples if s["took"] is None or s["took"] > slower_than}
+    if not slow:
+        return {}
+    rows: list[tuple[uuid.UUID, datetime, str, str, Any]] = _db(
+        lambda: list(
+            Entry.objects.filter(task_id__in=[t for t in slow if _is_uuid(t)])
+            .order_by("id")
+            .values_list("task_id", "at", "kind", "actor", "data")
+        ),
+        [],
+    )
+    out: dict[str, Any] = {t: {"sample": s, "entries": []} for t, s in slow.items()}
+    for task_id, at, kind, actor, data in rows:
+        out[str(task_id)]["entries"].append([at.timestamp(), kind, actor, data])
+    return out
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def report_lines(figures: dict[str, Any]) -> Sequence[str]:
+    """The figures for a person to read (``--json`` prints them as one object instead)."""
+    lines = [
+        f"chaos run, seed {figures['seed']}, {figures['harness']} harness: "
+        + ("PASS" if figures["ok"] else "FAIL"),
+        f"  tasks {figures['tasks']}, steps {figures['steps']}, intended effects "
+        f"{figures['intended_effects']}, provider effects {figures['provider_effects']}",
+    ]
+    for name in (*MUST_BE_ZERO, "unknown_open"):
+        lines.append(f"  {name:<22} {figures.get(name)}")
+    lines.append(f"  needs_human            {len(figures['needs_human'])}")
+    for flagged in figures["needs_human"][:10]:
+        lines.append(f"    {flagged['task']} [{flagged['code']}] {flagged['reason'][:120]}")
+    lines.append(f"  outcomes               {figures['outcomes']}")
+    lines.append(f"  faults injected        {figures['faults_injected']}")
+    if figures["faults_skipped"]:
+        lines.append(f"  faults skipped         {figures['faults_skipped']}")
+    lines.append("  recovery (s)           kind: n, p50, max, never")
+    for kind, r in figures["recovery_s"].items():
+        lines.append(f"    {kind:<24} {r['n']:>4} {r['p50']!s:>6} {r['max']!s:>6} {r['never']:>4}")
+    for name, examples in figures.get("examples", {}).items():
+        lines.append(f"  {name}, for example:")
+        lines += [f"    {e}" for e in examples]
+    lines.append(f"  wall {figures['wall_s']} s; logs in {figures['workdir']}")
+    return lines
