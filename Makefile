@@ -28,7 +28,7 @@ bench: $(BENCH_STAMP)
 	DJANGO_DEBUG=0 DJANGO_HTTPS=0 LOG_LEVEL=WARNING \
 	DJANGO_SECRET_KEY=$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))') \
 	$(VENV)/bin/python scripts/stack.py bench -- sh -c \
-		'$(VENV)/bin/python manage.py migrate -v0 && $(VENV)/bin/python manage.py bench $(BENCH_ARGS)'
+		'$(VENV)/bin/python manage.py migrate -v0 && $(VENV)/bin/python manage.py collectstatic --noinput -v0 && $(VENV)/bin/python manage.py bench $(BENCH_ARGS)'
 
 
 # Installed when missing, as root (CI is); otherwise say how.

@@ -19,7 +19,8 @@ from agentops.bench.stats import percentile
 
 SEED_TASKS = """
 INSERT INTO journal_task (id, kind, goal, refs, status, attention, attention_code, wake_at,
-    step_count, created_at, lease_owner, lease_token, failed_runs, plan, unwinding, shortfall)
+    step_count, created_at, lease_owner, lease_token, failed_runs, plan, unwinding, shortfall,
+    version)
 SELECT md5('bench' || i || %(tag)s)::uuid, 'renewal', 'bench: a seeded renewal ' || i,
        jsonb_build_object('invoice', 'SEED-' || %(tag)s || '-' || i, 'amount', 4900),
        CASE WHEN i %% 50 = 0 THEN 'needs_human' WHEN i %% 97 = 0 THEN 'waiting'
@@ -27,7 +28,7 @@ SELECT md5('bench' || i || %(tag)s)::uuid, 'renewal', 'bench: a seeded renewal '
        CASE WHEN i %% 50 = 0 THEN 'rounds used up' ELSE '' END,
        CASE WHEN i %% 50 = 0 THEN 'rounds_exhausted' ELSE '' END,
        CASE WHEN i %% 97 = 0 AND i %% 50 <> 0 THEN now() + interval '1 hour' END,
-       2, now() - (i || ' seconds')::interval, '', 0, 0, '[]'::jsonb, false, false
+       2, now() - (i || ' seconds')::interval, '', 0, 0, '[]'::jsonb, false, false, 0
   FROM generate_series(1, %(tasks)s) AS i
 """
 
@@ -76,9 +77,9 @@ def long_task(*, steps: int = 200) -> uuid.UUID:
             """
             INSERT INTO journal_task (id, kind, goal, refs, status, attention, attention_code,
                 step_count, created_at, lease_owner, lease_token, failed_runs, plan,
-                unwinding, shortfall)
+                unwinding, shortfall, version)
             VALUES (%s, 'renewal', 'bench: a long task', '{"invoice": "LONG"}', 'finished',
-                    '', '', %s, now(), '', 0, 0, '[]', false, false)
+                    '', '', %s, now(), '', 0, 0, '[]', false, false, 0)
             """,
             [task_id, steps],
         )

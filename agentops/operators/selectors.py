@@ -24,6 +24,7 @@ from typing import Any
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
+from django.utils.safestring import SafeString
 
 from agentops.operators.timeline import Event, Timeline, step_timeline
 from journal.models import Approval, ApprovalState, Entry, Step, StepKind, Task, TaskStatus
@@ -159,6 +160,14 @@ class StepRow:
     key_left_s: float | None = None
     result_text: str = ""
 
+    @property
+    def svg(self) -> SafeString:
+        return self.timeline.svg(label=f"timeline of step {self.step.n}")
+
+    @property
+    def events(self) -> SafeString:
+        return self.timeline.events_html()
+
 
 @dataclass(frozen=True)
 class TaskPage:
@@ -169,7 +178,7 @@ class TaskPage:
     running_now: bool
     live: bool
     fingerprint: str
-    operator_entries: list[Entry] = field(default_factory=list)
+    operator_entries: list[Event] = field(default_factory=list)
     finish: Step | None = None
 
 
@@ -190,14 +199,23 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         pk=task_id
     )
     steps = list(
-        Step.objects.filter(task_id=task_id).annotate(offsets_n=F("offsets__n")).order_by("n")
+        Step.objects.filter(task_id=task_id)
+        .annotate(offsets_n=F("offsets__n"))
+        .defer("first_started_at", "lookup_until", "created_at")  # not shown: not parsed
+        .order_by("n")
     )
-    entries = list(Entry.objects.filter(task_id=task_id).order_by("at", "id"))
+    # Tuples, not models: a long task has thousands of entries, and the page needs four fields.
+    entries = [
+        (step_id, Event(kind, at, data, actor))
+        for step_id, kind, at, data, actor in Entry.objects.filter(task_id=task_id)
+        .order_by("at", "id")
+        .values_list("step_id", "kind", "at", "data", "actor")
+    ]
     approvals = list(Approval.objects.filter(task_id=task_id).order_by("-requested_at"))
     facts = {f.n: f for f in task_facts_of(task=task, steps=steps).steps}
     by_step: dict[int | None, list[Event]] = defaultdict(list)
-    for e in entries:
-        by_step[e.step_id].append(Event(e.kind, e.at, e.data))
+    for step_id, event in entries:
+        by_step[step_id].append(event)
     now: datetime = task.db_now  # type: ignore[attr-defined]
     n_of = {s.pk: s.n for s in steps}
     rows = []
@@ -241,7 +259,7 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         running_now=bool(task.running_now),  # type: ignore[attr-defined]
         live=live,
         fingerprint=fingerprint(seen),
-        operator_entries=[e for e in entries if e.kind == "operator_action"],
+        operator_entries=[e for _, e in entries if e.kind == "operator_action"],
         finish=finish,
     )
 

@@ -327,6 +327,24 @@ def test_the_list_and_a_task_page_cost_the_same_queries_whatever_their_size() ->
     assert _queries(c, f"/tasks/{short.pk}") == _queries(c, f"/tasks/{long_.pk}")
 
 
+def test_text_from_outside_is_escaped_in_the_timeline_and_the_arguments() -> None:
+    """A webhook's type, a lookup's result and a model's arguments come from outside; the
+    page draws them as text (the timeline is built in Python, not by the template)."""
+    step = unknown_step()
+    evil = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+    Entry.objects.bulk_create(
+        [
+            Entry(
+                task_id=step.task_id, step_id=step.pk, kind="webhook_received", data={"type": evil}
+            ),
+            Entry(task_id=step.task_id, step_id=step.pk, kind="lookup", data={"result": evil}),
+        ]
+    )
+    html = client_for(user("Operators")).get(f"/tasks/{step.task_id}").content.decode()
+    assert evil not in html and "<img src=x" not in html and "<script>alert" not in html
+    assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 4  # two titles, two captions
+
+
 # --- The customer's page -----
 
 

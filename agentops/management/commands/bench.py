@@ -131,6 +131,11 @@ class Command(BaseCommand):
             rows["journal_n"].append(sum(p["steps"] for p in parts) / span)
             if have_dbos:
                 rows["dbos"].append(self._spawn("dbos", options)[0]["steps_per_s"])
+            self._say(
+                ", ".join(
+                    f"{name} {values[-1]:.0f} steps/s" for name, values in rows.items() if values
+                )
+            )
         raw.raw_cleanup(url=owner)
         out: dict[str, Any] = {
             "steps_per_measurement": steps,
@@ -172,6 +177,7 @@ class Command(BaseCommand):
                         workers=workers, tasks=options["e2e_tasks"], providers=providers
                     )
                     out["e2e_tasks_per_s"][f"{workers}_workers"] = round(rate, 1)
+                    self._say(f"{rate:.1f} tasks/s")
         if not options["skip_dashboard"]:
             self._say(
                 f"seeding {options['dashboard_tasks']:,} tasks and "

@@ -12,8 +12,10 @@ register = template.Library()
 
 @register.filter
 def as_json(value: Any) -> str:
-    """A value as indented JSON (escaped by the template like any text)."""
-    return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False, default=str)
+    """A value as JSON on one line (the page wraps it), escaped by the template like any
+    text. Not indented: indenting takes json's pure-Python encoder, and a 200-step page
+    encodes six hundred values."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
 @register.filter
