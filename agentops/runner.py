@@ -76,22 +76,41 @@ def task_start(
     return task
 
 
+_queues: dict[int, Any] = {}
+
+
+def run_queue() -> Any:
+    """The queue runs are rung on, one per process with its connection pool kept: django_rq
+    makes a new client, pool and connection on every call (and redis-py reads its own
+    package metadata for each new connection: milliseconds per ring). A pool reconnects by
+    itself after Redis restarts; a forked child makes its own."""
+    queue = _queues.get(os.getpid())
+    if queue is None:
+        queue = _queues[os.getpid()] = django_rq.get_queue("default")
+    return queue
+
+
 def task_ring(*, task_id: UUID, at: datetime | None = None) -> None:
     """Enqueue a run of the task, now or at ``at``. Losing this loses nothing (the sweeper)."""
-    queue = django_rq.get_queue("default")
+    queue = run_queue()
     options: dict[str, Any] = {
         "job_timeout": settings.RUN_JOB_TIMEOUT_SECONDS,
-        "result_ttl": 3600,
+        # A run's result is in the journal: RQ keeps none (a failure, for a week).
+        "result_ttl": 0,
         "failure_ttl": 7 * 24 * 3600,
         "description": f"run task {task_id}",
     }
+    rang = RANG_KEY.format(task_id)
+    grace = max(1, int(settings.SWEEP_GRACE_SECONDS))
     if at is None:
-        queue.enqueue(RUN_JOB, str(task_id), **options)
+        # The job and the note that it was rung for, in one round trip.
+        with queue.connection.pipeline() as pipe:
+            queue.enqueue(RUN_JOB, str(task_id), pipeline=pipe, **options)
+            pipe.set(rang, "1", ex=grace)
+            pipe.execute()
     else:
         queue.enqueue_at(at, RUN_JOB, str(task_id), **options)
-    queue.connection.set(
-        RANG_KEY.format(task_id), "1", ex=max(1, int(settings.SWEEP_GRACE_SECONDS))
-    )
+        queue.connection.set(rang, "1", ex=grace)
 
 
 def task_policy(task: Task) -> Policy:
@@ -194,7 +213,7 @@ def task_compensate(*, task_id: UUID, actor: str, reason: str) -> None:
 
 def tasks_sweep() -> int:
     """Ring for every runnable task without a live lease that was not rung for recently."""
-    redis = django_rq.get_connection("default")
+    redis = run_queue().connection
     rung = 0
     for task_id in task_list_runnable().values_list("pk", flat=True):
         if redis.exists(RANG_KEY.format(task_id)):

@@ -40,7 +40,6 @@ from journal.protocols import (
     Tool,
 )
 from journal.sagas import ApprovalNotUsable, digest
-from journal.status import task_transition
 from journal.summary import evidence_label
 
 TASK_CONSTRAINTS = (GUARD_CONSTRAINT, ONCE_CONSTRAINT, UNDO_CONSTRAINT)
@@ -50,6 +49,12 @@ RECORD = (
     "SELECT * FROM journal_record(%s::uuid, %s::bigint, %s::float8, %s::boolean, %s::text, "
     "%s::jsonb, %s::text, %s::text, %s::boolean, %s::integer, %s::integer, %s::text, "
     "%s::float8, %s::float8, %s::jsonb, %s::text, %s::jsonb)"
+)
+# journal_finish (migration 0008): fence, number, finish the task and give the lease back,
+# insert the finish step and its one entry.
+FINISH = (
+    "SELECT * FROM journal_finish(%s::uuid, %s::bigint, %s::text, %s::boolean, %s::text, "
+    "%s::jsonb, %s::jsonb, %s::jsonb)"
 )
 
 
@@ -359,29 +364,35 @@ def task_finish(
     own words are kept beside it, never shown as the truth. ``to`` is ``compensated`` for a
     saga whose every done effect was undone.
     """
-    with transaction.atomic():
-        n = fence(lease, allocate_step=True).step_count
-        step = Step.objects.create(
-            task_id=lease.task_id,
-            n=n,
-            kind=StepKind.FINISH,
-            key=step_key(lease.task_id, n),
-            state=StepState.DONE,
-            detail=summary,
-            outcome={
-                "evidence": {"summary": summary},
-                "planner_summary": decision.summary[:5000],
-            },
-            settled_at=Now(),
-            decision=_json_or_repr(decision.raw),
+    outcome = {"evidence": {"summary": summary}, "planner_summary": decision.summary[:5000]}
+    raw = _json_or_repr(decision.raw)
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            FINISH,
+            [
+                lease.task_id,
+                lease.token,
+                str(to),
+                shortfall,
+                summary,
+                json.dumps(outcome),
+                json.dumps(raw),
+                json.dumps({"summary": summary}),
+            ],
         )
-        task_transition(
-            task_id=lease.task_id,
-            to=to,
-            frm=[TaskStatus.RUNNABLE],
-            step_id=step.pk,
-            summary=summary,
-            release=lease,  # the run ends here: given back in the same update
-            columns={"shortfall": shortfall},
-        )
-    return step
+        row = cursor.fetchone()
+    if row is None:
+        raise not_recorded(lease)
+    lease.versions.append(int(row[2]))
+    lease.released = True  # the run ends here: given back in the same statement
+    return Step(
+        pk=row[0],
+        task_id=lease.task_id,
+        n=row[1],
+        kind=StepKind.FINISH,
+        key=step_key(lease.task_id, row[1]),
+        state=StepState.DONE,
+        detail=summary,
+        outcome=outcome,
+        decision=raw,
+    )

@@ -248,7 +248,11 @@ def _advance(
             view = None
             continue
         if task.unwinding:
-            stopped = _unwind(lease=lease, facts=facts, tools=tools, policy=policy, now=now)
+            try:
+                stopped = _unwind(lease=lease, facts=facts, tools=tools, policy=policy, now=now)
+            except TaskMoved:
+                view = None  # changed meanwhile (a person cancelled it): look again
+                continue
             if stopped is not None:
                 return Advance(stopped, performed)
             performed += 1
@@ -302,12 +306,16 @@ def _advance(
                 decision = _decide(lease, planner, facts)
             retries = 0
         if isinstance(decision, Finish):
-            task_finish(
-                lease=lease,
-                decision=decision,
-                summary=task_summary(facts.steps),
-                shortfall=fell_short(facts.steps),
-            )
+            try:
+                task_finish(
+                    lease=lease,
+                    decision=decision,
+                    summary=task_summary(facts.steps),
+                    shortfall=fell_short(facts.steps),
+                )
+            except TaskMoved:
+                view = None  # changed while the planner decided: look again
+                continue
             return Advance("finished", performed)
         if rules is not None and approval is None and retries == 0:
             why = rules.hold(tool=decision.tool, args=decision.args, facts=facts)

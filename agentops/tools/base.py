@@ -7,6 +7,7 @@ left is ``NotSent``; anything after bytes may have left is ``Interrupted``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -122,6 +123,18 @@ def observe_exception(exc: BaseException) -> NotSent | Interrupted:
     return Interrupted(type(exc).__name__, message)
 
 
+_sessions: dict[int, requests.Session] = {}
+
+
+def http_session() -> requests.Session:
+    """This process's HTTP session for providers: its connection pools and settings are
+    made once, not per call (a provider that keeps connections alive keeps them)."""
+    session = _sessions.get(os.getpid())
+    if session is None:
+        session = _sessions[os.getpid()] = requests.Session()
+    return session
+
+
 def http_call(
     method: str,
     url: str,
@@ -139,7 +152,7 @@ def http_call(
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     try:
-        response = requests.request(
+        response = http_session().request(
             method, url, json=json, params=params, headers=headers, timeout=timeout
         )
     except requests.RequestException as exc:

@@ -15,7 +15,7 @@ from typing import Any
 import stripe
 from django.conf import settings
 
-from agentops.tools.base import NO_CONTROL, SchemaTool, observe_exception
+from agentops.tools.base import NO_CONTROL, SchemaTool, http_session, observe_exception
 from journal.outcomes import Interrupted, Observation, Outcome, Reply
 
 KEY_FIELD = "agentops_key"
@@ -30,7 +30,7 @@ def stripe_client(*, timeout: float) -> stripe.StripeClient:
         settings.STRIPE_API_KEY,
         base_addresses=base,  # type: ignore[arg-type]
         max_network_retries=settings.STRIPE_MAX_NETWORK_RETRIES,
-        http_client=stripe.RequestsClient(timeout=timeout),
+        http_client=stripe.RequestsClient(timeout=timeout, session=http_session()),
     )
 
 

@@ -77,11 +77,13 @@ def test_a_run_stopped_inside_a_write_for_longer_than_its_lease_ends_as_a_lost_d
     the task's row lock: agentops/settings.py). The runner, when it goes on, finds its
     session gone: that is a lost database, not a bug to hand to a person.
 
-    A step's record and settle are one statement each, with nothing in between to stop in;
-    the write that finishes a task is a transaction of several, and is where it stops here.
+    A step's record, its settlement and a task's finish are one statement each, with
+    nothing in between to stop in; marking a timed-out call unknown is a transaction of
+    several, and is where it stops here. The charge landed; the next run finds the step it
+    never heard back from and looks it up instead of charging again.
     """
     import journal.leases
-    import journal.record
+    import journal.settle
 
     real_fence = journal.leases.fence
     stalls = [2.5]  # past the tests' 2 s lease, once
@@ -92,19 +94,21 @@ def test_a_run_stopped_inside_a_write_for_longer_than_its_lease_ends_as_a_lost_d
             time.sleep(stalls.pop())  # stopped here, the task's row locked
         return fenced
 
-    monkeypatch.setattr(journal.record, "fence", stalling_fence)
+    monkeypatch.setattr(journal.settle, "fence", stalling_fence)
     task = task_create(kind="renewal", goal="charge")
-    tool = ChargeTool(Provider())
+    tool = ChargeTool(Provider(), script=["timeout_after"])
     planner = ScriptedPlanner([charge(invoice())])
     with pytest.raises(DatabaseLost) as lost:
         task_advance(task_id=task.pk, planner=planner, tools={"charge": tool})
     assert lost.value.released is True
     task.refresh_from_db()
-    # The charge was committed before; the finish never was.
+    # The record was committed before the call; marking it unknown never was.
     assert task.status == "runnable" and task.attention_code == ""
     [step] = Step.objects.filter(task=task)
-    assert step.state == "done" and len(tool.calls) == 1
+    assert step.state == "pending" and len(tool.provider.ledger) == 1
 
     result = task_advance(task_id=task.pk, planner=planner, tools={"charge": tool})
     assert result.stopped == "finished"
+    step.refresh_from_db()
+    assert step.state == "done"
     assert [e.key for e in tool.provider.ledger] == [step.key]  # charged once, all told

@@ -12,12 +12,13 @@ import pytest
 from django.db import connection
 
 from journal.leases import lease_acquire
-from journal.models import Entry, EntryKind, Step, Task
+from journal.models import Attention, Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from journal.protocols import Decision, Finish, TaskFacts
 from journal.record import task_create
 from journal.run import task_advance
 from journal.selectors import task_list_runnable
+from journal.status import task_flag
 from tests.journal.support import ChargeTool, Provider, ScriptedPlanner, charge, invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
@@ -172,3 +173,22 @@ def test_the_lease_is_stretched_to_cover_the_planners_worst_case() -> None:
     planner = Slow()
     task_advance(task_id=task.pk, planner=planner, tools={})
     assert planner.lease_left is not None and planner.lease_left > 120
+
+
+def test_a_finish_decided_while_the_task_was_handed_to_a_person_writes_nothing() -> None:
+    """A report that contradicts the journal (a webhook, under no lease) flags the task while
+    the planner decides; the finish is not written over it, and the task stays with the
+    person (before, the finish step was written and the transition silently skipped)."""
+    task = task_create(kind="renewal", goal="charge")
+
+    class FlaggedWhileDeciding(ScriptedPlanner):
+        def decide(self, facts: TaskFacts) -> Decision:
+            task_flag(task_id=task.pk, code=Attention.CONFLICT, reason="a webhook disagreed")
+            return Finish("all done")
+
+    result = task_advance(task_id=task.pk, planner=FlaggedWhileDeciding([]), tools={})
+    assert result.stopped == "needs_human"
+    task.refresh_from_db()
+    assert task.status == "needs_human" and task.attention_code == "conflict"
+    assert not Step.objects.filter(task=task).exists()
+    assert task.lease_expires_at is None  # given back all the same
