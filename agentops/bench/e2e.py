@@ -14,8 +14,11 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from agentops.runner import task_start
+from rq import Worker
+
+from agentops.runner import run_queue, task_start
 from agentops.workers import WORKER_ARGS
 from journal.models import Step, Task
 from journal.status import FINAL
@@ -69,6 +72,14 @@ def _wait_http(url: str, deadline: float = 15.0) -> None:
             time.sleep(0.05)
 
 
+def _wait_workers(queue: Any, count: int, deadline: float = 30.0) -> None:
+    end = time.monotonic() + deadline
+    while Worker.count(connection=queue.connection, queue=queue) < count:
+        if time.monotonic() > end:
+            raise RuntimeError(f"fewer than {count} workers registered within {deadline:.0f} s")
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def sandboxes() -> Iterator[dict[str, str]]:
     """The payments and mail sandboxes, as the settings that point the tools at them."""
@@ -95,9 +106,11 @@ def e2e_tasks_per_s(*, workers: int, tasks: int, providers: dict[str, str]) -> f
         "STRIPE_SEARCH_LAG_SECONDS": "0",
         "LOG_LEVEL": "WARNING",
     }
+    queue = run_queue()
+    registered = Worker.count(connection=queue.connection, queue=queue)
     procs = [_start(WORKER, env) for _ in range(workers)]
     try:
-        time.sleep(1.0)  # let the workers register before the clock starts
+        _wait_workers(queue, registered + workers)  # before the clock starts
         batch = uuid.uuid4().hex[:8]
         began = time.perf_counter()
         ids = [
