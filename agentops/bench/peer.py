@@ -22,7 +22,7 @@ def dbos_steps_per_s(*, url: str, steps: int, per_task: int = 20) -> float:
     """Steps per second of sequential DBOS workflows of ``per_task`` no-op steps."""
     from dbos import DBOS
 
-    DBOS(config={"name": "agentops-bench", "system_database_url": url})
+    DBOS(config={"name": "agentops-bench", "system_database_url": url, "log_level": "WARNING"})
 
     @DBOS.step()
     def noop(i: int) -> int:

@@ -219,7 +219,8 @@ class Command(BaseCommand):
             f"worker RSS: {out['worker_rss_mb']['start']} MB → {out['worker_rss_mb']['end']} MB"
         )
         for name, rate in out.get("e2e_tasks_per_s", {}).items():
-            lines.append(f"renewals end to end, {name.replace('_', ' ')}: {rate} tasks/s")
+            workers = name.split("_")[0]
+            lines.append(f"renewals end to end, {workers} RQ worker(s):   {rate:>8} tasks/s")
         for name, figures in out.get("dashboard_ms", {}).items():
             lines.append(
                 f"page {name}: p50 {figures['p50']} ms, p95 {figures['p95']} ms, "
