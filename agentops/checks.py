@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Warning, register
 
 
 @register()
@@ -36,3 +36,25 @@ def lease_outlasts_tool_calls(app_configs: Any = None, **kwargs: Any) -> list[Ch
                 )
             )
     return errors
+
+
+@register()
+def sweeper_finds_dead_runs_by_the_lease(
+    app_configs: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """The sweeper leaves a task alone for SWEEP_GRACE_SECONDS after it was rung for (its job
+    is probably still in the queue). A grace longer than the lease makes a task whose worker
+    died wait for the grace rather than the lease: nothing is lost, but it is slow."""
+    grace = float(settings.SWEEP_GRACE_SECONDS)
+    lease = float(settings.JOURNAL_LEASE_SECONDS)
+    if grace < lease:
+        return []
+    return [
+        Warning(
+            f"SWEEP_GRACE_SECONDS ({grace:g}) is not shorter than JOURNAL_LEASE_SECONDS "
+            f"({lease:g}): a task whose worker died is run again only after the grace",
+            hint="Lower SWEEP_GRACE_SECONDS below the lease (it only needs to outlast the "
+            "usual wait of a job in the queue).",
+            id="agentops.W001",
+        )
+    ]

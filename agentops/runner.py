@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 RUN_JOB = "agentops.jobs.run_task"
 RANG_KEY = "agentops:rang:{}"
+SWEPT_KEY = "agentops:swept:{}"
 
 
 def task_start(
@@ -90,8 +91,10 @@ def run_queue() -> Any:
     return queue
 
 
-def task_ring(*, task_id: UUID, at: datetime | None = None) -> None:
-    """Enqueue a run of the task, now or at ``at``. Losing this loses nothing (the sweeper)."""
+def task_ring(*, task_id: UUID, at: datetime | None = None, quiet: float | None = None) -> None:
+    """Enqueue a run of the task, now or at ``at``. Losing this loses nothing (the sweeper).
+
+    The sweeper leaves the task alone for ``quiet`` seconds (SWEEP_GRACE_SECONDS)."""
     queue = run_queue()
     options: dict[str, Any] = {
         "job_timeout": settings.RUN_JOB_TIMEOUT_SECONDS,
@@ -101,16 +104,16 @@ def task_ring(*, task_id: UUID, at: datetime | None = None) -> None:
         "description": f"run task {task_id}",
     }
     rang = RANG_KEY.format(task_id)
-    grace = max(1, int(settings.SWEEP_GRACE_SECONDS))
+    quiet_ms = max(1, round(1000 * (settings.SWEEP_GRACE_SECONDS if quiet is None else quiet)))
     if at is None:
         # The job and the note that it was rung for, in one round trip.
         with queue.connection.pipeline() as pipe:
             queue.enqueue(RUN_JOB, str(task_id), pipeline=pipe, **options)
-            pipe.set(rang, "1", ex=grace)
+            pipe.set(rang, "1", px=quiet_ms)
             pipe.execute()
     else:
         queue.enqueue_at(at, RUN_JOB, str(task_id), **options)
-        queue.connection.set(rang, "1", ex=grace)
+        queue.connection.set(rang, "1", px=quiet_ms)
 
 
 def task_policy(task: Task) -> Policy:
@@ -212,12 +215,28 @@ def task_compensate(*, task_id: UUID, actor: str, reason: str) -> None:
 
 
 def tasks_sweep() -> int:
-    """Ring for every runnable task without a live lease that was not rung for recently."""
+    """Ring for every runnable task without a live lease that was not rung for recently.
+
+    A task the sweeper rang for that no run has taken since (its lease token has not moved:
+    the job still waits behind stalled or busy workers, or was lost) is rung again after a
+    pause that doubles each time, up to SWEEP_BACKOFF_MAX_SECONDS. A lost job is still found
+    again, and a queue waiting for its workers does not fill with copies of one run.
+    """
     redis = run_queue().connection
+    grace = settings.SWEEP_GRACE_SECONDS
+    most = max(grace, settings.SWEEP_BACKOFF_MAX_SECONDS)
     rung = 0
-    for task_id in task_list_runnable().values_list("pk", flat=True):
+    for task_id, token in task_list_runnable().values_list("pk", "lease_token"):
         if redis.exists(RANG_KEY.format(task_id)):
             continue
-        task_ring(task_id=task_id)
+        swept = SWEPT_KEY.format(task_id)
+        quiet = grace
+        last = redis.get(swept)  # "<lease token>:<pause>" as of the sweeper's last ring
+        if last is not None:
+            last_token, last_quiet = last.decode().split(":")
+            if int(last_token) == token:
+                quiet = min(2 * float(last_quiet), most)
+        task_ring(task_id=task_id, quiet=quiet)
+        redis.set(swept, f"{token}:{quiet:g}", px=round(1000 * (2 * quiet + grace)))
         rung += 1
     return rung

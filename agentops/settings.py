@@ -188,6 +188,10 @@ RUN_JOB_TIMEOUT_SECONDS = int(os.environ.get("RUN_JOB_TIMEOUT_SECONDS", "600"))
 SWEEP_INTERVAL_SECONDS = _env_float("SWEEP_INTERVAL_SECONDS", 5.0)
 # A task enqueued this recently is not enqueued again by the sweeper (the doorbell's echo).
 SWEEP_GRACE_SECONDS = _env_float("SWEEP_GRACE_SECONDS", 30.0)
+# A task the sweeper rang for that no run has taken since is rung again after a pause that
+# doubles from SWEEP_GRACE_SECONDS up to this: a queue that waits for stalled workers does not
+# fill with copies of one run, and a lost job is still found again.
+SWEEP_BACKOFF_MAX_SECONDS = _env_float("SWEEP_BACKOFF_MAX_SECONDS", 600.0)
 # Fault injection for the chaos run and the worker tests only: "<point>:<tool>" makes the
 # worker kill itself (SIGKILL) there. Points: before_call, during_call, after_call.
 CHAOS_KILL = os.environ.get("AGENTOPS_CHAOS_KILL", "")

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from agentops.checks import lease_outlasts_tool_calls
+from agentops.checks import lease_outlasts_tool_calls, sweeper_finds_dead_runs_by_the_lease
 from agentops.kinds import KindRules, kind_get
 from journal.outcomes import StepState
 from journal.protocols import Bound, Refused, StepFact, TaskFacts
@@ -77,3 +77,11 @@ def test_a_lease_shorter_than_a_tool_call_is_refused_at_start() -> None:
             "charge_customer",
             "refund_charge",
         }
+
+
+def test_a_sweep_grace_past_the_lease_is_warned_of() -> None:
+    with override_settings(JOURNAL_LEASE_SECONDS=60, SWEEP_GRACE_SECONDS=30):
+        assert sweeper_finds_dead_runs_by_the_lease() == []
+    with override_settings(JOURNAL_LEASE_SECONDS=60, SWEEP_GRACE_SECONDS=60):
+        [warning] = sweeper_finds_dead_runs_by_the_lease()
+        assert warning.id == "agentops.W001" and "after the grace" in warning.msg

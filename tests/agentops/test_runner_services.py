@@ -15,7 +15,7 @@ from django.test import override_settings
 from agentops.kinds import tools_for
 from agentops.planners.scripted import ScriptedPlanner as Playbooks
 from agentops.runner import RANG_KEY, task_run, task_start, tasks_sweep
-from journal.leases import lease_acquire
+from journal.leases import lease_acquire, lease_release
 from journal.models import Attention, Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from journal.protocols import Call, StepFact, TaskFacts
@@ -93,6 +93,32 @@ def test_the_sweeper_rings_for_runnable_tasks_once_per_grace_and_again_after_red
     assert lease_acquire(task_id=held.pk, owner="someone") is not None
     world.delete(RANG_KEY.format(task.pk))
     assert tasks_sweep() == 1
+
+
+@override_settings(SWEEP_GRACE_SECONDS=10, SWEEP_BACKOFF_MAX_SECONDS=50)
+def test_the_sweeper_backs_off_from_a_task_no_run_takes_and_not_from_one_a_run_took(
+    world: Any,
+) -> None:
+    """Workers stalled: each ring's job waits in the queue. The sweeper rings again (the job
+    may have been lost), each time after twice the pause, up to the most; once a run has
+    taken the task (its lease token moved), a ring is again worth the plain grace."""
+    task = task_create(kind="renewal", goal="its workers are stalled")
+    rang = RANG_KEY.format(task.pk)
+    pauses = []
+    for _ in range(5):
+        world.delete(rang)  # the pause ran out (shrunk to nothing: the key is the clock)
+        assert tasks_sweep() == 1
+        pauses.append(world.pttl(rang) / 1000)
+    assert [round(p) for p in pauses] == [10, 20, 40, 50, 50]
+    assert queued_task_ids() == [str(task.pk)] * 5  # not one per sweep pass
+    assert tasks_sweep() == 0
+    # A run takes the task and dies without finishing: the next ring is worth the grace.
+    lease = lease_acquire(task_id=task.pk, owner="a run that died")
+    assert lease is not None
+    lease_release(lease)
+    world.delete(rang)
+    assert tasks_sweep() == 1
+    assert round(world.pttl(rang) / 1000) == 10
 
 
 def test_a_tool_outside_the_kinds_allowlist_is_an_unknown_tool(world: Any) -> None:
