@@ -102,7 +102,9 @@ def task_create(
 ) -> Task:
     """Start a task: the task row and its first entry, in one transaction. A saga's
     ``plan`` (validated by the caller) is frozen with it."""
-    with transaction.atomic():
+    # Inside a caller's transaction (task_start's) a savepoint would cost two round trips
+    # and protect nothing: a failure here fails the caller's transaction as a whole.
+    with transaction.atomic(savepoint=False):
         task = Task.objects.create(
             kind=kind, goal=goal, refs=_json(dict(refs or {})), plan=_json(plan or [])
         )

@@ -10,7 +10,9 @@ from typing import Any
 import django_rq
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from agentops.kinds import tools_for
 from agentops.planners.scripted import ScriptedPlanner as Playbooks
@@ -53,6 +55,18 @@ def test_start_task_records_the_task_and_rings_once_committed(world: Any) -> Non
     call_command("start_task", "renewal", "--goal", "renew", "--refs", json.dumps(refs), stdout=out)
     task = Task.objects.get(pk=out.getvalue().strip())
     assert task.kind == "renewal" and task.refs == refs
+    assert queued_task_ids() == [str(task.pk)]
+
+
+def test_starting_a_task_is_two_inserts_in_one_commit_then_one_ring(world: Any) -> None:
+    with CaptureQueriesContext(connection) as sent:
+        task = task_start(kind="renewal", goal="renew", refs=renewal_refs())
+    assert [q["sql"].split(" (")[0] for q in sent.captured_queries] == [
+        "BEGIN",
+        'INSERT INTO "journal_task"',
+        'INSERT INTO "journal_entry"',
+        "COMMIT",
+    ]
     assert queued_task_ids() == [str(task.pk)]
 
 
