@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentops.money import money_text
 from agentops.tools import tool_registry
 from agentops.tools.base import FORMATS, NO_CONTROL, SchemaTool, StrictValidator
 from agentops.tools.email import EMAIL_PATTERN
@@ -236,7 +237,10 @@ def _amount_within_cap(caps: Mapping[str, int]) -> Callable[[Mapping[str, Any]],
         currency = refs.get("currency", DEFAULT_CURRENCY)
         cap = caps.get(currency, 0)
         if isinstance(refs.get("amount"), int) and refs["amount"] > cap:
-            return [f"amount: {refs['amount']} is over this kind's limit of {cap} {currency}"]
+            return [
+                f"amount: {refs['amount']} ({money_text(refs['amount'], currency)}) is over "
+                f"this kind's limit of {money_text(cap, currency)}"
+            ]
         return []
 
     return check
@@ -493,7 +497,11 @@ class KindRules:
         limit = self.kind.saga.hold_over.get(tool)
         amount = args.get("amount")
         if limit is not None and isinstance(amount, int) and amount > limit:
-            return f"{tool} of {amount} is above {limit}: a person approves it first"
+            currency = str(args.get("currency", DEFAULT_CURRENCY))
+            return (
+                f"{tool} of {money_text(amount, currency)} is above "
+                f"{money_text(limit, currency)}: a person approves it first"
+            )
         known = self.tools.get(tool)
         undos = {t.compensation for t in self.tools.values()}
         if (
@@ -564,8 +572,9 @@ class KindRules:
         if amount > remaining:
             return Refused(
                 Refusal.LIMIT,
-                f"refused: amount {amount} exceeds what this task may still charge in "
-                f"{currency} ({remaining} of its limit of {cap}); nothing was sent",
+                f"refused: amount {amount} ({money_text(amount, currency)}) exceeds what this "
+                f"task may still charge: {money_text(remaining, currency)} of its limit of "
+                f"{money_text(cap, currency)}; nothing was sent",
                 {"cap": cap, "remaining": remaining},
             )
         return Bound()

@@ -8,6 +8,7 @@ from enum import StrEnum
 
 from django.db.models import Q
 
+from agentops.money import money_text
 from journal.models import Step, Task
 from journal.outcomes import LIVE_STATES, StepState
 from journal.status import ADVANCING
@@ -35,7 +36,7 @@ class Payment:
     def amount_text(self) -> str:
         if self.amount is None:
             return ""
-        return f"{self.amount / 100:,.2f} {self.currency.upper()}"
+        return money_text(self.amount, self.currency)
 
 
 def payment_of(*, invoice: str) -> Payment | None:

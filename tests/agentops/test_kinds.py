@@ -11,6 +11,7 @@ from django.test import override_settings
 
 from agentops.checks import lease_outlasts_tool_calls, sweeper_finds_dead_runs_by_the_lease
 from agentops.kinds import KindRules, kind_get
+from agentops.money import money_text
 from journal.outcomes import StepState
 from journal.protocols import Bound, Refused, StepFact, TaskFacts
 
@@ -52,7 +53,10 @@ def test_the_money_cap_is_per_currency_and_counts_what_may_have_been_charged() -
     assert isinstance(check(rules, 100, "usd", history), Bound)
     over = check(rules, 101, "usd", history)
     assert isinstance(over, Refused) and over.code == "limit"
-    assert f"may still charge in usd (100 of its limit of {cap})" in over.reason
+    assert (
+        f"amount 101 (1.01 USD) exceeds what this task may still charge: 1.00 USD of its limit "
+        f"of {money_text(cap, 'usd')}" in over.reason
+    )
     assert isinstance(check(rules, 1, "eur", history), Refused)
     assert isinstance(check(rules, cap, "gbp", history), Bound)
     unknown = check(rules, 1, "jpy", history)
@@ -85,3 +89,9 @@ def test_a_sweep_grace_past_the_lease_is_warned_of() -> None:
     with override_settings(JOURNAL_LEASE_SECONDS=60, SWEEP_GRACE_SECONDS=60):
         [warning] = sweeper_finds_dead_runs_by_the_lease()
         assert warning.id == "agentops.W001" and "after the grace" in warning.msg
+
+
+def test_amounts_are_shown_in_units_people_read() -> None:
+    assert money_text(420000, "usd") == "4,200.00 USD"
+    assert money_text(5, "eur") == "0.05 EUR"
+    assert money_text(5000, "jpy") == "5,000 JPY"  # no minor unit

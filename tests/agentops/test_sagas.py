@@ -163,7 +163,7 @@ def test_a_held_charge_approved_by_a_person_completes(
     assert task.status == "awaiting_approval"
     held = Approval.objects.get(task=task)
     assert held.state == "pending" and held.tool == "charge_customer"
-    assert held.args["amount"] == 400000 and "above 300000" in held.reason
+    assert held.args["amount"] == 400000 and "of 4,000.00 USD is above 3,000.00 USD" in held.reason
     assert steps(task) == [("hold_flight", "done"), ("book_hotel", "done")]
     assert charges_for(world, task.refs["invoice"]) == []  # the card is not touched
 
