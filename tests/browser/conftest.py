@@ -9,6 +9,7 @@ screenshots while the tests run.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,10 +31,10 @@ FLAGS = [
 PASSWORD = "browser-Test-pass-42"
 
 
-# Per module, not per session: while Playwright's loop runs, Django keeps each context's
-# database connection apart, and later tests must not run inside it.
+# Per module, not per session: later tests must not run inside Playwright's loop.
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    from django.db import connections
     from playwright.sync_api import sync_playwright
 
     assert CHROMIUM.exists(), (
@@ -44,12 +45,20 @@ def browser() -> Iterator[Any]:
     # database calls made while one runs. The test's own ORM calls between browser calls are
     # synchronous and safe: allow them, for the browser tests only (never in a subprocess).
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    # While a loop runs on a thread, Django (asgiref) keeps that thread's connections per
+    # asyncio context rather than per thread, so the test's connection would depend on where
+    # Playwright's greenlets stand. Plain per-thread connections here, as in every other test.
+    connections.close_all()
+    usual = getattr(connections, "_connections")  # noqa: B009 - private, put back below
+    setattr(connections, "_connections", threading.local())  # noqa: B010
     try:
         with sync_playwright() as playwright:
             launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
             yield launched
             launched.close()
     finally:
+        connections.close_all()
+        setattr(connections, "_connections", usual)  # noqa: B010
         del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
 
 
@@ -105,11 +114,10 @@ def screenshot(page: Any, name: str) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _close_connections() -> Iterator[None]:
-    """While Playwright's loop runs on this thread, Django keeps this test's database
-    connection apart from the thread's usual one: close it here, in the test's own context,
-    or it outlives the session and keeps the test database from being dropped."""
-    yield
-    from django.db import connections
+def _clean_connection() -> Iterator[None]:
+    """Each test starts on a connection outside any transaction, and leaves none open."""
+    from django.db import connection, connections
 
+    assert not connection.in_atomic_block, "a transaction was left open before this test"
+    yield
     connections.close_all()

@@ -122,7 +122,8 @@ class JournalMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.crashed))
     @rule(data=st.data())
     def dead_runners_lease_runs_out(self, data: st.DataObject) -> None:
-        task_id = data.draw(st.sampled_from(sorted(self.crashed)))
+        crashed = sorted(self.crashed)
+        task_id = crashed[data.draw(st.integers(min_value=0, max_value=63)) % len(crashed)]
         Task.objects.filter(pk=task_id).update(lease_expires_at=None)
         self.crashed.discard(task_id)
 
@@ -141,10 +142,14 @@ class JournalMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def provider_notifies(self, data: st.DataObject) -> None:
         """A webhook: the provider reports an effect it performed, perhaps again."""
+        # The draw must not depend on the ledger: its length can differ between two runs of
+        # one choice sequence (a provider that forgets its keys at once judges by the clock),
+        # and Hypothesis refuses a strategy that changes under a replayed prefix.
+        pick = data.draw(st.integers(min_value=0, max_value=63))
         effects = list(self.world.ledger)
         if not effects:
             return
-        effect = data.draw(st.sampled_from(effects))
+        effect = effects[pick % len(effects)]
         step = Step.objects.filter(key=effect.key).first()
         if step is not None:
             step_settle(step_id=step.pk, outcome=Outcome.done({"id": effect.id}), via="webhook")
