@@ -421,5 +421,15 @@ def test_a_task_that_ended_short_is_listed_as_failed_with_its_summary_saying_why
     task_advance(task_id=task.pk, planner=ScriptedPlanner([charge(invoice())]), tools={})
     finished = Task.objects.get(pk=task.pk)
     assert finished.status == "finished" and finished.shortfall is True
-    assert str(task.pk) in c.get("/?state=failed").content.decode()
+    listed = c.get("/?state=failed").content.decode()
+    assert str(task.pk) in listed and "not all done" in listed
     assert str(task.pk) not in c.get("/?state=finished").content.decode()
+    assert "not all done" in c.get(f"/tasks/{task.pk}").content.decode()
+
+
+def test_a_reminder_batch_is_listed_by_its_first_invoice_and_how_many_more() -> None:
+    first, second, third = invoice(), invoice(), invoice()
+    batch = [{"invoice": i, "email": "a@example.com"} for i in (first, second, third)]
+    task_create(kind="reminders", goal="remind", refs={"invoices": batch})
+    listed = client_for(user("Operators (read-only)")).get(f"/?q={first}").content.decode()
+    assert f"{first} +2" in listed
