@@ -35,6 +35,7 @@ from agentops.kinds import (
     tools_for,
 )
 from agentops.planners import planner_get
+from agentops.workers import RUN_JOB
 from journal import operator
 from journal.models import Task, TaskStatus
 from journal.policy import Policy
@@ -44,7 +45,6 @@ from journal.selectors import task_list_runnable
 
 log = logging.getLogger(__name__)
 
-RUN_JOB = "agentops.jobs.run_task"
 RANG_KEY = "agentops:rang:{}"
 SWEPT_KEY = "agentops:swept:{}"
 

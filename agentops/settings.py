@@ -11,6 +11,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.checks.security.base import (
+    SECRET_KEY_INSECURE_PREFIX,
+    SECRET_KEY_MIN_LENGTH,
+    SECRET_KEY_MIN_UNIQUE_CHARACTERS,
+)
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -33,11 +38,11 @@ DEBUG = _env_bool("DJANGO_DEBUG", False)
 
 def _weak_secret(key: str) -> str:
     """Why `key` is too weak to sign sessions and CSRF tokens with (Django's own bar)."""
-    if len(key) < 50:
-        return f"it has {len(key)} characters, fewer than 50"
-    if len(set(key)) < 5:
-        return "it has fewer than 5 distinct characters"
-    if key.startswith("django-insecure-"):
+    if len(key) < SECRET_KEY_MIN_LENGTH:
+        return f"it has {len(key)} characters, fewer than {SECRET_KEY_MIN_LENGTH}"
+    if len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS:
+        return f"it has fewer than {SECRET_KEY_MIN_UNIQUE_CHARACTERS} distinct characters"
+    if key.startswith(SECRET_KEY_INSECURE_PREFIX):
         return "it is a key Django generated for development"
     return ""
 

@@ -15,7 +15,9 @@ from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker
 
 # Every function a worker may run, by the dotted name RQ stores. Add new jobs here.
-JOBS = frozenset({"agentops.jobs.run_task"})
+# The job every ring enqueues (agentops.runner.task_ring): a task's run.
+RUN_JOB = "agentops.jobs.run_task"
+JOBS = frozenset({RUN_JOB})
 
 # The ``manage.py`` arguments that start one worker: the default queue, the scheduler that
 # rings delayed doorbells, JSON jobs only.

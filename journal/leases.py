@@ -19,6 +19,10 @@ from django.db import connection
 class LeaseLost(Exception):
     """Another runner holds the task now; this runner must stop without writing."""
 
+    @classmethod
+    def of(cls, lease: Lease) -> LeaseLost:
+        return cls(f"task {lease.task_id}: lease {lease.token} of {lease.owner} was taken over")
+
 
 @dataclass
 class Lease:
@@ -49,9 +53,6 @@ def lease_seconds() -> float:
     return float(settings.JOURNAL_LEASE_SECONDS)
 
 
-_seconds = lease_seconds
-
-
 def lease_acquire(*, task_id: UUID, owner: str, seconds: float | None = None) -> Lease | None:
     """Take the task's lease if nobody holds a live one; ``None`` if somebody does.
 
@@ -70,7 +71,7 @@ def lease_acquire(*, task_id: UUID, owner: str, seconds: float | None = None) ->
              WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at <= now())
          RETURNING journal_task.*, now() AS db_now
             """,
-            [owner, seconds if seconds is not None else _seconds(), task_id],
+            [owner, seconds if seconds is not None else lease_seconds(), task_id],
         )
         row = cursor.fetchone()
         columns = [c.name for c in cursor.description] if row is not None else []
@@ -104,7 +105,7 @@ def fence(lease: Lease, *, allocate_step: bool = False, seconds: float | None = 
          RETURNING step_count, status, version
             """,
             [
-                seconds if seconds is not None else _seconds(),
+                seconds if seconds is not None else lease_seconds(),
                 1 if allocate_step else 0,
                 lease.task_id,
                 lease.token,
@@ -112,9 +113,7 @@ def fence(lease: Lease, *, allocate_step: bool = False, seconds: float | None = 
         )
         row = cursor.fetchone()
     if row is None:
-        raise LeaseLost(
-            f"task {lease.task_id}: lease {lease.token} of {lease.owner} was taken over"
-        )
+        raise LeaseLost.of(lease)
     lease.versions.append(int(row[2]))
     return Fenced(step_count=int(row[0]), status=str(row[1]), version=int(row[2]))
 

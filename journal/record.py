@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from contextlib import nullcontext
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
@@ -58,6 +59,61 @@ FINISH = (
 )
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A decision as the checks before recording it left it: its tool, its arguments as they
+    will be frozen, and either why it is refused or the step it undoes (if any)."""
+
+    tool: Tool | None
+    args: Any
+    refused: Refused | None = None
+    offsets: int | None = None
+
+
+def decision_check(
+    *,
+    decision: Call,
+    tools: Mapping[str, Tool],
+    rules: Rules | None,
+    facts: TaskFacts | None,
+) -> Checked:
+    """Everything :func:`step_record` checks before asking the database: the tool is one the
+    task may use, its arguments are valid, and ``rules`` find that it belongs to the task
+    (judged by ``facts``). Writes nothing: a saga asks before holding a call for a person,
+    so nobody is asked to approve what would be refused."""
+    tool = tools.get(decision.tool)
+    try:
+        args = _json(dict(decision.args))
+        problems = tool.validate(args) if tool is not None else []
+    except (TypeError, ValueError) as exc:
+        args, problems = {"unserialisable": repr(decision.args)[:2000]}, [str(exc)]
+    if tool is None:
+        known = ", ".join(sorted(tools)) or "none"
+        return Checked(
+            tool,
+            args,
+            Refused(
+                Refusal.UNKNOWN_TOOL,
+                f"unknown tool {decision.tool!r} (this task may use: {known}); nothing was run",
+            ),
+        )
+    if problems:
+        return Checked(
+            tool,
+            args,
+            Refused(
+                Refusal.INVALID_ARGUMENTS,
+                "invalid arguments: " + "; ".join(problems) + "; nothing was sent",
+            ),
+        )
+    if rules is None or facts is None:
+        return Checked(tool, args)
+    verdict = rules.check(tool=tool.name, args=args, facts=facts)
+    if isinstance(verdict, Refused):
+        return Checked(tool, args, verdict)
+    return Checked(tool, args, offsets=verdict.offsets)
+
+
 class TaskMoved(Exception):
     """The lease is still ours, but someone else changed the task (a person, a conflicting
     report): nothing was recorded; read the task again before deciding anything."""
@@ -67,9 +123,7 @@ def not_recorded(lease: Lease) -> Exception:
     """Why a fenced statement changed nothing: the lease was taken over, or the task moved."""
     token = Task.objects.filter(pk=lease.task_id).values_list("lease_token", flat=True).first()
     if token != lease.token:
-        return LeaseLost(
-            f"task {lease.task_id}: lease {lease.token} of {lease.owner} was taken over"
-        )
+        return LeaseLost.of(lease)
     return TaskMoved(f"task {lease.task_id} changed under its runner")
 
 
@@ -143,35 +197,19 @@ def step_record(
     keyed from its key. ``approval`` is the person's approval of exactly this call: it is used
     up in the same commit (:class:`~journal.sagas.ApprovalNotUsable` if it no longer can be).
     """
-    tool = tools.get(decision.tool)
-    try:
-        args = _json(dict(decision.args))
-        problems = tool.validate(args) if tool is not None else []
-    except (TypeError, ValueError) as exc:
-        args, problems = {"unserialisable": repr(decision.args)[:2000]}, [str(exc)]
-    raw = _json_or_repr(decision.raw)
-    refuse = _Refuser(lease=lease, decision=decision, args=args, raw=raw, retries=retries)
-    if tool is None:
-        known = ", ".join(sorted(tools)) or "none"
-        return refuse(
-            Refusal.UNKNOWN_TOOL,
-            f"unknown tool {decision.tool!r} (this task may use: {known}); nothing was run",
-        )
-    if problems:
-        return refuse(
-            Refusal.INVALID_ARGUMENTS,
-            "invalid arguments: " + "; ".join(problems) + "; nothing was sent",
-        )
-    offsets: int | None = undo_of.n if undo_of is not None else None
-    if rules is not None and undo_of is None:
-        if facts is None:
-            from journal.selectors import task_facts_by_id
+    if rules is not None and undo_of is None and facts is None:
+        from journal.selectors import task_facts_by_id
 
-            facts = task_facts_by_id(task_id=lease.task_id)
-        verdict = rules.check(tool=tool.name, args=args, facts=facts)
-        if isinstance(verdict, Refused):
-            return refuse(verdict.code, verdict.reason, **dict(verdict.facts))
-        offsets = verdict.offsets
+        facts = task_facts_by_id(task_id=lease.task_id)
+    checked = decision_check(
+        decision=decision, tools=tools, rules=None if undo_of else rules, facts=facts
+    )
+    raw = _json_or_repr(decision.raw)
+    refuse = _Refuser(lease=lease, decision=decision, args=checked.args, raw=raw, retries=retries)
+    if checked.refused is not None:
+        return refuse(checked.refused.code, checked.refused.reason, **dict(checked.refused.facts))
+    tool, args = cast(Tool, checked.tool), checked.args  # known: it would be refused otherwise
+    offsets = undo_of.n if undo_of is not None else checked.offsets
     raw_guard = tool.guard(args)
     guard = object_name(raw_guard) if raw_guard else None
     once = bool(guard) and tool.once(args)

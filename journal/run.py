@@ -41,7 +41,7 @@ from journal.protocols import (
     TaskFacts,
     Tool,
 )
-from journal.record import TaskMoved, step_record, task_finish
+from journal.record import TaskMoved, decision_check, step_record, task_finish
 from journal.sagas import (
     ApprovalNotUsable,
     Undo,
@@ -50,6 +50,7 @@ from journal.sagas import (
     approval_expire,
     approval_open,
     approval_request,
+    approval_spent,
     effect_checked,
     is_expired,
     next_undo,
@@ -317,7 +318,14 @@ def _advance(
                 view = None  # changed while the planner decided: look again
                 continue
             return Advance("finished", performed)
-        if rules is not None and approval is None and retries == 0:
+        if (
+            rules is not None
+            and approval is None
+            and retries == 0
+            # A call the rules refuse is recorded as refused: nobody is asked to approve it.
+            and decision_check(decision=decision, tools=tools, rules=rules, facts=facts).refused
+            is None
+        ):
             why = rules.hold(tool=decision.tool, args=decision.args, facts=facts)
             if why:
                 approval_request(
@@ -349,6 +357,8 @@ def _advance(
             view = None  # decided, used or changed meanwhile: look again
             continue
         if step.state != StepState.PENDING:
+            if approval is not None:
+                approval_spent(approval=approval, step=step)  # refused: never offered again
             view = None  # refused: written the slow way; read it back
             continue
         outcome = step_perform(lease=lease, step=step, tool=tools[step.tool], policy=policy)
@@ -392,18 +402,7 @@ class _View:
             task.db_now = now_  # type: ignore[attr-defined]
         else:
             task = Task.objects.annotate(db_now=Now()).get(pk=lease.task_id)
-        facts = (
-            task_facts(task=task)
-            if task.step_count
-            else TaskFacts(
-                task_id=str(task.pk),
-                kind=task.kind,
-                goal=task.goal,
-                refs=task.refs,
-                steps=[],
-                plan=task.plan,
-            )
-        )
+        facts = task_facts(task=task)
         return cls(
             task=task,
             facts=facts,

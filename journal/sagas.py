@@ -187,6 +187,14 @@ def approval_expire(*, approval: Approval, actor: str = "") -> None:
             ).save()
 
 
+def approval_spent(*, approval: Approval, step: Step) -> None:
+    """The approved call was recorded but refused (another effect on its object stood in the
+    way): the approval is used up by that step, and the saga decides again."""
+    Approval.objects.filter(pk=approval.pk, state=ApprovalState.APPROVED).update(
+        state=ApprovalState.USED, used_by=step
+    )
+
+
 class ApprovalNotUsable(Exception):
     """The approval is no longer approved for exactly this call (used, expired, another)."""
 

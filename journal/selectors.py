@@ -15,7 +15,10 @@ from journal.status import lease_free_q, runnable_q
 
 
 def task_facts(*, task: Task) -> TaskFacts:
-    """What the planner is told: the journal's facts, never the model's own memory."""
+    """What the planner is told: the journal's facts, never the model's own memory. A task
+    with no step yet costs no query."""
+    if not task.step_count:
+        return task_facts_of(task=task, steps=[])
     steps = (
         Step.objects.filter(task=task, kind=StepKind.CALL)
         .annotate(offsets_n=F("offsets__n"))

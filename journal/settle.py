@@ -228,9 +228,7 @@ def _settle_fast(
             )
             row = cursor.fetchone()
         if row is None:
-            raise LeaseLost(
-                f"task {lease.task_id}: lease {lease.token} of {lease.owner} was taken over"
-            )
+            raise LeaseLost.of(lease)
         changed, version, status = bool(row[0]), int(row[1]), str(row[2])
         lease.versions.append(version)
         if changed and status == TaskStatus.WAITING:

@@ -91,7 +91,8 @@ def task_summary(steps: Sequence[StepFact]) -> str:
 
 
 def fell_short(steps: Sequence[StepFact]) -> bool:
-    """Whether some decided call is not done (or not known to be): what operators filter
-    as "failed", with the summary saying which and why."""
+    """Whether some decided call did not happen (and no retry stands for it): what operators
+    filter as "failed", with the summary saying which and why. A step not known to have
+    happened is never counted as failed."""
     skip = superseded(steps)
-    return any(s.state != StepState.DONE and s.n not in skip for s in steps)
+    return any(s.state == StepState.NOT_DONE and s.n not in skip for s in steps)

@@ -10,12 +10,14 @@ import time
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from agentops.bench.stats import percentile
+from agentops.dbroles import OWNER_ALIAS
 
 SEED_TASKS = """
 INSERT INTO journal_task (id, kind, goal, refs, status, attention, attention_code, wake_at,
@@ -66,6 +68,9 @@ def seed(*, tasks: int = 100_000, entries: int = 1_000_000) -> None:
         cursor.execute(SEED_TASKS, {"tag": tag, "tasks": tasks})
         cursor.execute(SEED_STEPS, {"steps": 2, "like": like})
         cursor.execute(SEED_ENTRIES, {"per_step": max(1, entries // (tasks * 2)), "like": like})
+    # Statistics for the planner, gathered by the tables' owner (the app's role may not).
+    owner = OWNER_ALIAS if OWNER_ALIAS in settings.DATABASES else DEFAULT_DB_ALIAS
+    with connections[owner].cursor() as cursor:
         cursor.execute("ANALYZE journal_task; ANALYZE journal_step; ANALYZE journal_entry")
 
 

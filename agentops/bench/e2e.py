@@ -18,6 +18,7 @@ from typing import Any
 
 from rq import Worker
 
+from agentops.chaos.world import SANDBOX_ENVIRONMENT
 from agentops.runner import run_queue, task_start
 from agentops.workers import WORKER_ARGS
 from journal.models import Step, Task
@@ -83,7 +84,9 @@ def _wait_workers(queue: Any, count: int, deadline: float = 30.0) -> None:
 @contextlib.contextmanager
 def sandboxes() -> Iterator[dict[str, str]]:
     """The payments and mail sandboxes, as the settings that point the tools at them."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # A sandbox stands for a third party: it gets none of our credentials (as in the chaos run).
+    env = {k: v for k, v in os.environ.items() if k in SANDBOX_ENVIRONMENT}
+    env["PYTHONUNBUFFERED"] = "1"
     procs = []
     found = {}
     try:

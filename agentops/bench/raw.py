@@ -1,7 +1,8 @@
-"""The physical limit: the journal's two durable commits per step, in plain psycopg.
+"""The reference: the journal's two durable commits per step, in plain psycopg.
 
 Before the call, one commit inserts the step and its entry; after it, one commit settles
-the step and writes its entry: what the journal must do at least, with nothing around it.
+the step and writes its entry: the writes the journal must make, with nothing around them
+(two statements per commit here; the journal sends each commit as one database function).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from django.db.models import Q
 from agentops.money import money_text
 from journal.models import Step, Task
 from journal.outcomes import LIVE_STATES, StepState
-from journal.status import ADVANCING
+from journal.protocols import GUARD_REFUSALS
+from journal.status import FINAL
 
 
 class PaymentState(StrEnum):
@@ -48,11 +49,13 @@ def payment_of(*, invoice: str) -> Payment | None:
         return None
     charge = (
         Step.objects.filter(tool="charge_customer", guard__iexact=f"charge:{invoice}")
-        .exclude(refusal__in=["in_flight", "already_done"])
+        .exclude(refusal__in=GUARD_REFUSALS)
         .order_by("-created_at", "-n")
         .first()
     )
-    in_progress = tasks.filter(status__in=ADVANCING).exists()
+    # Any task not over may still charge: one advancing, one held for approval, one a person
+    # is looking at. Until it is over, the customer is told to wait, never "not paid".
+    in_progress = tasks.exclude(status__in=FINAL).exists()
     retryable = tasks.filter(kind="renewal").exists()
     if charge is None:
         state = PaymentState.UNKNOWN if in_progress else PaymentState.NOT_DONE

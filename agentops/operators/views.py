@@ -47,6 +47,10 @@ from journal.operator import step_resolve
 from journal.outcomes import LIVE_STATES
 from journal.status import FINAL, TransitionRefused
 
+# Looking at tasks (customers' addresses, arguments, payment links) needs its own permission,
+# as every action does: a login alone is not enough.
+VIEW = "journal.view_task"
+
 
 def _actor(request: HtmxHttpRequest) -> str:
     return str(request.user.get_username())
@@ -61,6 +65,7 @@ def _list_query(request: HtmxHttpRequest) -> dict[str, str]:
 
 
 @require_GET
+@permission_required(VIEW, raise_exception=True)
 def task_list(request: HtmxHttpRequest) -> HttpResponse:
     return _render_list(request, _list_query(request))
 
@@ -99,7 +104,11 @@ def tasks_reconcile(request: HtmxHttpRequest) -> HttpResponse:
         return render(
             request,
             "operators/bulk_confirm.html",
-            {"posted": request.POST, "query": urlencode(query)},
+            {
+                "posted": request.POST,
+                "selected": len(request.POST.getlist("task")),
+                "query": urlencode(query),
+            },
         )
     if request.POST.get("all") == "matching":
         tasks = selectors.tasks_matching(state=query.get("state", ""), q=query.get("q", ""))
@@ -122,6 +131,7 @@ def tasks_reconcile(request: HtmxHttpRequest) -> HttpResponse:
 
 
 @require_GET
+@permission_required(VIEW, raise_exception=True)
 def task_detail(request: HtmxHttpRequest, task_id: uuid.UUID) -> HttpResponse:
     page = _task_page(task_id)
     context = _task_context(request, page)
@@ -250,6 +260,7 @@ ACTIONS: dict[str, Action] = {
 
 
 @require_http_methods(["GET", "POST"])
+@permission_required(VIEW, raise_exception=True)
 def task_action(
     request: HtmxHttpRequest, task_id: uuid.UUID, action: str, n: int | None = None
 ) -> HttpResponse:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from agentops.money import money_text
 from journal.outcomes import StepState
 from journal.protocols import Call, Decision, Finish, Refusal, StepFact, TaskFacts
 
@@ -44,7 +45,7 @@ def renewal(facts: TaskFacts) -> Decision:
     email = _last(facts, "send_email")
     if email is None:
         paid = charge.state == StepState.DONE
-        amount = f"{r['amount'] / 100:.2f} {r.get('currency', 'usd').upper()}"
+        amount = money_text(r["amount"], r.get("currency", "usd"))
         return Call(
             "send_email",
             {

@@ -138,6 +138,15 @@ def test_a_read_only_operator_sees_no_button_and_gets_403_from_every_action(redi
     assert not Entry.objects.filter(task_id=step.task_id, kind=EntryKind.OPERATOR_ACTION).exists()
 
 
+def test_a_login_without_the_view_permission_sees_no_task(redis: Any) -> None:
+    step = unknown_step(flagged=True)
+    stranger = client_for(user())
+    assert stranger.get("/").status_code == 403
+    assert stranger.get(f"/tasks/{step.task_id}").status_code == 403
+    assert stranger.get(f"/tasks/{step.task_id}/resume").status_code == 403
+    assert client_for(user(perms=("view_task",))).get(f"/tasks/{step.task_id}").status_code == 200
+
+
 def test_each_permission_opens_its_own_buttons_only(redis: Any) -> None:
     step = unknown_step(flagged=True)
     reconciler = client_for(user(perms=("view_task", "reconcile_step")))
@@ -221,6 +230,7 @@ def test_bulk_reconcile_confirms_without_javascript_and_keeps_the_view(redis: An
     a, b = unknown_step(), unknown_step()
     page = c.post("/tasks/reconcile", {"task": [str(a.task_id)], "state": "unknown"})
     assert page.status_code == 200 and "Confirm: reconcile now" in page.content.decode()
+    assert "the 1 selected task(s)" in page.content.decode()
     assert Task.objects.get(pk=a.task_id).status == "waiting"  # nothing yet
     done = c.post(
         "/tasks/reconcile", {"task": [str(a.task_id)], "state": "unknown", "confirmed": "1"}
@@ -395,6 +405,22 @@ def test_the_customer_page_shows_three_states_and_pays_again_only_when_not_done(
     # Two tabs: the second finds a payment under way and is refused.
     assert anyone.post(link).status_code == 409
     assert Task.objects.filter(refs__invoice=inv).count() == 2
+
+
+def test_a_payment_a_held_or_flagged_task_may_still_make_is_never_shown_as_not_paid(
+    redis: Any,
+) -> None:
+    """A task a person is looking at (or that waits for approval) can still charge once
+    they let it go on: the customer is asked to wait, and cannot start another payment."""
+    inv = invoice()
+    task = renewal(invoice=inv)
+    task_flag(task_id=task.pk, code=Attention.PLANNER_FAILED, reason="the model was down")
+    anyone = Client()
+    link = payment_link(inv)
+    page = anyone.get(link).content.decode()
+    assert "We're checking" in page and "No money has been taken" not in page
+    assert anyone.post(link).status_code == 409
+    assert Task.objects.filter(refs__invoice=inv).count() == 1
 
 
 def charge_call(inv: str) -> Any:

@@ -391,3 +391,46 @@ def test_a_task_that_is_not_a_saga_takes_no_plan() -> None:
     refs = {"invoice": f"INV-{uuid.uuid4().hex[:6]}", "amount": 100, "email": "a@b.co"}
     with pytest.raises(TaskRefused, match="a renewal task is not a saga"):
         task_start(kind="renewal", goal="g", refs=refs, plan=[{"tool": "charge_customer"}])
+
+
+def test_a_call_the_rules_refuse_is_refused_not_held_for_a_person(
+    fleet: Fleet, world: dict[str, SandboxHandle]
+) -> None:
+    """Above the approval threshold, a charge for another invoice (an injected goal) is not
+    put before a person: it is refused, like any call that does not belong to the task. Only
+    the task's own charge waits for approval."""
+    refs = trip_refs(amount=420000)
+    charge = {
+        "invoice": refs["invoice"],
+        "amount": refs["amount"],
+        "currency": "usd",
+        "payment_method": "pm_card_visa",
+    }
+    script = [
+        openai_tool_call("hold_flight", {"flight": refs["flight"], "passenger": refs["traveller"]}),
+        openai_tool_call(
+            "book_hotel",
+            {
+                "hotel": refs["hotel"],
+                "guest": refs["traveller"],
+                "check_in": refs["check_in"],
+                "check_out": refs["check_out"],
+            },
+        ),
+        openai_tool_call("charge_customer", {**charge, "invoice": "INV-ATTACKER"}),
+        openai_tool_call("charge_customer", charge),
+    ]
+    with serve_model(copy.deepcopy(script)) as model:
+        fleet.worker(
+            PLANNER="openai",
+            OPENAI_API_KEY="sk-test",
+            OPENAI_BASE_URL=f"{model.url}/v1",
+            PLANNER_TIMEOUT_SECONDS="5",
+        )
+        task = ended(task_start(kind="trip", goal="book it", refs=refs))
+    assert task.status == "awaiting_approval"
+    refused = Step.objects.get(task=task, n=3)
+    assert refused.tool == "charge_customer" and refused.state == "not_done" and refused.refusal
+    [held] = Approval.objects.filter(task=task)
+    assert held.args["invoice"] == refs["invoice"] and held.state == "pending"
+    assert charges_for(world, "INV-ATTACKER") == [] and charges_for(world, refs["invoice"]) == []

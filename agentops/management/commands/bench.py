@@ -1,4 +1,4 @@
-"""``manage.py bench``: the journal against the physical limit and a peer, in one run.
+"""``manage.py bench``: the journal against plain psycopg and a peer, in one run.
 
 Run it against a throwaway database (``make bench`` starts one): it writes tasks, and with
 the dashboard figures, 100,000 of them.
