@@ -2,9 +2,14 @@
 
 A signature proves who sent an event, not that it is about what it names. So an event is:
 
-1. verified on the raw body (``stripe.Webhook.construct_event``, 300 s tolerance);
-2. parsed strictly: a well-signed event whose ``data.object`` is missing or malformed is
-   refused (400) with nothing changed;
+1. verified on the raw body, which is at most ``MAX_BODY_BYTES`` (a larger one is refused
+   413 by the view before it is read): Stripe's signature, and its timestamp within
+   ``TOLERANCE_SECONDS`` of now *either way* (``stripe.Webhook.construct_event`` only
+   refuses one too old; a signature dated ahead would stay replayable until then);
+2. parsed strictly: a well-signed body that is not a JSON object, is nested deeper than
+   ``MAX_DEPTH``, or whose ``data.object`` is missing or malformed is refused (400) with
+   nothing changed. ``construct_event`` is not used for this: it parses any JSON value to
+   any depth and fails on a body that is not an object with exceptions of its own (500s);
 3. stored once by its id, only the fields the journal needs (a PaymentIntent carries its
    ``client_secret``; that stays out): the insert is the only thing guarded against a
    duplicate, so a failure while applying an event rolls everything back, answers 500, and
@@ -20,6 +25,7 @@ A signature proves who sent an event, not that it is about what it names. So an 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,11 +44,24 @@ from journal.outcomes import Outcome, StepState
 from journal.selectors import step_by_key
 from journal.settle import step_conflict, step_settle
 
+# How far a signature's timestamp may be from now, in the past or in the future.
 TOLERANCE_SECONDS = 300
+# Stripe's events are a few kilobytes; the body is read before anything proves who sent it.
+MAX_BODY_BYTES = 1024 * 1024
+# Stripe's events nest fewer than ten levels; json itself gives up (RecursionError) near 1000.
+MAX_DEPTH = 32
 
 
 class WebhookRejected(Exception):
-    """The request is not a genuine, well-formed event: answered 400, nothing changes."""
+    """The request is not a genuine, well-formed event: answered ``status``, nothing changes."""
+
+    status = 400
+
+
+class WebhookTooLarge(WebhookRejected):
+    """The body is larger than ``MAX_BODY_BYTES``: answered 413 before it is read."""
+
+    status = 413
 
 
 @dataclass(frozen=True)
@@ -271,24 +290,78 @@ def _store(event: Event) -> bool:
         return cursor.fetchone() is not None
 
 
+def _signed_at(signature: str) -> int:
+    """The timestamp a verified ``Stripe-Signature`` covers: its first ``t=``, read exactly as
+    ``stripe.WebhookSignature`` reads it (so it is the one the signature was checked with)."""
+    items = [item.split("=", 2) for item in signature.split(",")]
+    return int([item[1] for item in items if item[0] == "t"][0])
+
+
+def _verify(payload: bytes, signature: str) -> str:
+    """The body as text, once its signature is Stripe's and was made within
+    ``TOLERANCE_SECONDS`` of now, before or after; :class:`WebhookRejected` if not."""
+    if not settings.STRIPE_WEBHOOK_SECRET:
+        raise WebhookRejected("STRIPE_WEBHOOK_SECRET is not set; no event can be verified")
+    if not signature:
+        raise WebhookRejected("bad signature: there is no Stripe-Signature header")
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WebhookRejected("malformed event: the body is not UTF-8") from exc
+    try:
+        # The timestamp is checked below, both ways, in one place.
+        stripe.WebhookSignature.verify_header(
+            text, signature, settings.STRIPE_WEBHOOK_SECRET, tolerance=None
+        )
+    except stripe.SignatureVerificationError as exc:
+        raise WebhookRejected(f"bad signature: {exc.user_message or exc}") from exc
+    skew = time.time() - _signed_at(signature)
+    if abs(skew) > TOLERANCE_SECONDS:
+        when = "in the past" if skew > 0 else "in the future"
+        raise WebhookRejected(
+            f"bad signature: it was made {abs(skew):.0f} s {when}, "
+            f"more than the {TOLERANCE_SECONDS} s allowed"
+        )
+    return text
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects or arrays more than ``limit`` levels (breadth first,
+    without recursion)."""
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(limit):
+        level = [
+            child
+            for container in level
+            for child in (container.values() if isinstance(container, dict) else container)
+            if isinstance(child, dict | list)
+        ]
+        if not level:
+            return False
+    return True
+
+
+def _decode(text: str) -> dict[str, Any]:
+    """The event as a JSON object no deeper than ``MAX_DEPTH``; :class:`WebhookRejected` if
+    it is anything else."""
+    try:
+        body = json.loads(text)
+    except RecursionError:
+        raise WebhookRejected(f"malformed event: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise WebhookRejected(f"malformed event: {exc}") from exc
+    if not isinstance(body, dict):
+        raise WebhookRejected(f"malformed event: a JSON {type(body).__name__}, not an object")
+    if _deeper_than(body, MAX_DEPTH):
+        raise WebhookRejected(f"malformed event: nested deeper than {MAX_DEPTH} levels")
+    return body
+
+
 def stripe_event_receive(*, payload: bytes, signature: str) -> Received:
     """Verify, parse, store once, apply. Raises :class:`WebhookRejected` for anything that is
     not a genuine, well-formed event; lets a failure while applying propagate (a 500, and
     nothing kept, so the provider's retry applies it)."""
-    if not settings.STRIPE_WEBHOOK_SECRET:
-        raise WebhookRejected("STRIPE_WEBHOOK_SECRET is not set; no event can be verified")
-    try:
-        verified = stripe.Webhook.construct_event(
-            payload.decode("utf-8"),
-            signature,
-            settings.STRIPE_WEBHOOK_SECRET,
-            tolerance=TOLERANCE_SECONDS,
-        )
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise WebhookRejected(f"malformed event: {exc}") from exc
-    except stripe.SignatureVerificationError as exc:
-        raise WebhookRejected(f"bad signature: {exc.user_message or exc}") from exc
-    body = verified.to_dict()
+    body = _decode(_verify(payload, signature))
     if not isinstance(body.get("id"), str) or not isinstance(body.get("type"), str):
         raise WebhookRejected("malformed event: no id or type")
     event = Event(id=body["id"][:255], type=body["type"][:100], facts=_parse(body))

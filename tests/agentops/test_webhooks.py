@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
+import logging
 import secrets
 import time
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import OperationalError
-from django.test import Client, override_settings
+from django.test import AsyncRequestFactory, Client, override_settings
 
 from agentops.models import WebhookEvent
 from agentops.runner import task_resume
+from agentops.views import stripe_webhook
+from agentops.webhooks import MAX_BODY_BYTES, MAX_DEPTH, TOLERANCE_SECONDS
 from journal.leases import lease_acquire, lease_release
 from journal.models import Entry, EntryKind, Step, Task
 from journal.outcomes import Outcome
@@ -149,28 +154,28 @@ def test_done_never_moves_back_on_a_late_contradicting_event() -> None:
     ],
 )
 @override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
-def test_forged_or_stale_events_are_refused_and_change_nothing(forge: Any) -> None:
+def test_forged_or_stale_events_are_refused_and_change_nothing(
+    forge: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     step = pending_step()
     payload = event("payment_intent.succeeded", step, status="succeeded")
-    response = post(payload, forge(payload))
-    assert response.status_code == 400
+    refused(post(payload, forge(payload)), caplog, status=400, says="bad signature")
     step.refresh_from_db()
     assert step.state == "pending"
     assert not WebhookEvent.objects.filter(id=json.loads(payload)["id"]).exists()
 
 
 @override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
-def test_a_malformed_but_signed_body_is_refused() -> None:
-    payload = b"{not json"
-    response = post(payload, sign(payload))
-    assert response.status_code == 400
-    assert "malformed" in response.json()["error"]
+def test_a_malformed_but_signed_body_is_refused(caplog: pytest.LogCaptureFixture) -> None:
+    for payload in (b"{not json", b"\xff\xfe{}"):
+        caplog.clear()
+        refused(post(payload, sign(payload)), caplog, status=400, says="malformed event")
 
 
 @override_settings(STRIPE_WEBHOOK_SECRET="")
-def test_without_a_configured_secret_nothing_is_accepted() -> None:
+def test_without_a_configured_secret_nothing_is_accepted(caplog: pytest.LogCaptureFixture) -> None:
     payload = event("payment_intent.succeeded", "ao:x:1", status="succeeded")
-    assert post(payload, sign(payload)).status_code == 400
+    refused(post(payload, sign(payload)), caplog, status=400, says="STRIPE_WEBHOOK_SECRET")
 
 
 @override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
@@ -319,13 +324,14 @@ def test_a_refund_event_for_another_payment_is_a_conflict() -> None:
     ],
 )
 @override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
-def test_a_well_signed_but_malformed_event_is_a_400_and_changes_nothing(spoil: Any) -> None:
+def test_a_well_signed_but_malformed_event_is_a_400_and_changes_nothing(
+    spoil: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     step = pending_step()
     body = json.loads(event("payment_intent.succeeded", step, status="succeeded"))
     spoil(body)
     payload = json.dumps(body).encode()
-    response = post(payload, sign(payload))
-    assert response.status_code == 400 and "malformed event" in response.json()["error"]
+    refused(post(payload, sign(payload)), caplog, status=400, says="malformed event")
     assert not WebhookEvent.objects.filter(id=body["id"]).exists()
     assert Step.objects.get(pk=step.pk).state == "pending"
     assert not Entry.objects.filter(step=step, kind=EntryKind.WEBHOOK_RECEIVED).exists()
@@ -370,3 +376,182 @@ def test_only_what_the_journal_needs_is_stored_never_the_client_secret() -> None
     stored = WebhookEvent.objects.get(id=json.loads(payload)["id"])
     assert stored.facts["key"] == step.key and stored.facts["amount"] == 4900
     assert "client_secret" not in json.dumps(stored.facts)
+
+
+# --- What an outsider can send (issue 15) ------------------------------------------------------
+#
+# Every refusal says why in a short sentence, keeps nothing, and logs one warning line without
+# a traceback; a body too large is refused before it is read.
+
+
+class Body(io.RawIOBase):
+    """A request body made on demand that counts what the server read of it."""
+
+    def __init__(self, size: int, fill: bytes = b" ") -> None:
+        self.size, self.fill, self.taken = size, fill, 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int | None = -1) -> bytes:
+        n = self.size - self.taken if n is None or n < 0 else min(n, self.size - self.taken)
+        self.taken += n
+        return self.fill * n
+
+    def readline(self, *args: Any) -> bytes:
+        return self.read(*args)
+
+
+def refused(response: Any, caplog: pytest.LogCaptureFixture, *, status: int, says: str) -> str:
+    """The response refuses with ``status`` and a short reason, logged once, no traceback."""
+    assert response.status_code == status, response.content
+    reason = json.loads(response.content)["error"]
+    assert says in reason and len(reason) < 200, reason
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert says in warnings[0].getMessage() and "\n" not in warnings[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records)
+    return str(reason)
+
+
+@pytest.mark.parametrize(
+    "size",
+    [
+        pytest.param(MAX_BODY_BYTES + 1, id="just-over"),
+        # Over Django's own limit too: reading request.body raised RequestDataTooBig (a 500).
+        pytest.param(django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1, id="over-django-limit"),
+        pytest.param(10**12, id="a-terabyte-declared"),
+    ],
+)
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_body_over_the_limit_is_a_413_before_a_byte_is_read(
+    size: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    stored = WebhookEvent.objects.count()
+    body = Body(size)
+    environ: dict[str, Any] = {"wsgi.input": body, "CONTENT_LENGTH": str(size)}
+    response = Client().generic(
+        "POST", "/webhooks/stripe", headers={"Stripe-Signature": sign(b"")}, **environ
+    )
+    refused(response, caplog, status=413, says="too large")
+    assert body.taken == 0
+    assert WebhookEvent.objects.count() == stored
+
+
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_body_of_no_declared_length_is_read_only_to_one_byte_past_the_limit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Chunked, under ASGI: no Content-Length, and the server hands the view the whole stream.
+    body = Body(50 * MAX_BODY_BYTES)
+    request = AsyncRequestFactory().request(
+        method="POST",
+        path="/webhooks/stripe",
+        headers=[(b"stripe-signature", sign(b"").encode())],
+        _body_file=body,
+    )
+    assert "CONTENT_LENGTH" not in request.META
+    response = stripe_webhook(request)
+    refused(response, caplog, status=413, says="too large")
+    assert body.taken == MAX_BODY_BYTES + 1
+
+
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_genuine_event_of_exactly_the_limit_is_applied() -> None:
+    step = pending_step()
+    payload = event("payment_intent.succeeded", step, status="succeeded")
+    payload += b" " * (MAX_BODY_BYTES - len(payload))
+    assert post(payload, sign(payload)).status_code == 200
+    assert Step.objects.get(pk=step.pk).state == "done"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(b"[]", id="array"),
+        pytest.param(b'[{"id": "evt_1", "type": "payment_intent.succeeded"}]', id="array-of-one"),
+        pytest.param(b'"evt_1"', id="string"),
+        pytest.param(b"42", id="number"),
+        pytest.param(b"null", id="null"),
+        pytest.param(b"true", id="true"),
+    ],
+)
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_signed_body_that_is_not_a_json_object_is_a_400(
+    payload: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    stored = WebhookEvent.objects.count()
+    refused(post(payload, sign(payload)), caplog, status=400, says="malformed event")
+    assert WebhookEvent.objects.count() == stored
+
+
+def nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        # Deep enough that json raises RecursionError.
+        pytest.param(nested(100_000).encode(), id="100k-arrays"),
+        pytest.param(('{"a": ' * 100_000 + "1" + "}" * 100_000).encode(), id="100k-objects"),
+    ],
+)
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_signed_body_nested_beyond_reason_is_a_400(
+    payload: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    stored = WebhookEvent.objects.count()
+    refused(post(payload, sign(payload)), caplog, status=400, says="malformed event")
+    assert WebhookEvent.objects.count() == stored
+
+
+@pytest.mark.parametrize(("extra_levels", "applied"), [(MAX_DEPTH - 1, True), (MAX_DEPTH, False)])
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_an_event_nested_deeper_than_the_limit_is_malformed(
+    extra_levels: int, applied: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    step = pending_step()
+    body = json.loads(event("payment_intent.succeeded", step, status="succeeded"))
+    # The event itself is one level; a field holding n nested arrays adds n.
+    body["padding"] = json.loads(nested(extra_levels))
+    payload = json.dumps(body).encode()
+    response = post(payload, sign(payload))
+    if applied:
+        assert response.status_code == 200 and Step.objects.get(pk=step.pk).state == "done"
+        return
+    refused(response, caplog, status=400, says=f"nested deeper than {MAX_DEPTH} levels")
+    assert Step.objects.get(pk=step.pk).state == "pending"
+    assert not WebhookEvent.objects.filter(id=body["id"]).exists()
+
+
+@pytest.mark.parametrize(
+    ("offset", "says"),
+    [
+        pytest.param(-(TOLERANCE_SECONDS + 1), "in the past", id="past"),
+        pytest.param(TOLERANCE_SECONDS + 1, "in the future", id="future"),
+        pytest.param(365 * 24 * 3600, "in the future", id="a-year-ahead"),
+    ],
+)
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_signature_dated_outside_the_tolerance_either_way_is_refused(
+    offset: int, says: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    step = pending_step()
+    payload = event("payment_intent.succeeded", step, status="succeeded")
+    response = post(payload, sign(payload, at=int(time.time()) + offset))
+    refused(response, caplog, status=400, says=says)
+    assert Step.objects.get(pk=step.pk).state == "pending"
+    assert not WebhookEvent.objects.filter(id=json.loads(payload)["id"]).exists()
+
+
+@pytest.mark.parametrize("offset", [-(TOLERANCE_SECONDS - 60), TOLERANCE_SECONDS - 60])
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_signature_dated_within_the_tolerance_either_way_is_accepted(offset: int) -> None:
+    step = pending_step()
+    payload = event("payment_intent.succeeded", step, status="succeeded")
+    assert post(payload, sign(payload, at=int(time.time()) + offset)).status_code == 200
+    assert Step.objects.get(pk=step.pk).state == "done"
