@@ -28,7 +28,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import stripe
 from django.conf import settings
@@ -73,11 +73,26 @@ class Received:
 # --- Parsing: what the journal needs from an event, and nothing else -------------------------
 
 
+def _storable(value: str) -> bool:
+    """Whether PostgreSQL can hold the text: json.loads makes NUL and lone surrogates from
+    ``\\u0000`` and ``\\ud800``, and PostgreSQL stores neither (the event would fail while
+    being stored, a 500, and be redelivered for days)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
+@overload
+def _text(obj: Mapping[str, Any], name: str) -> str: ...
+@overload
+def _text(obj: Mapping[str, Any], name: str, *, optional: bool) -> str | None: ...
 def _text(obj: Mapping[str, Any], name: str, *, optional: bool = False) -> str | None:
     value = obj.get(name)
     if value is None and optional:
         return None
-    if not isinstance(value, str) or not value or len(value) > 255:
+    if not isinstance(value, str) or not value or len(value) > 255 or not _storable(value):
         raise WebhookRejected(f"malformed event: {name} is not a short text")
     return value
 
@@ -93,7 +108,9 @@ def _metadata(obj: Mapping[str, Any]) -> dict[str, str]:
     metadata = obj.get("metadata")
     if metadata is None:
         return {}
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+    if not isinstance(metadata, dict) or not all(
+        isinstance(v, str) and _storable(v) for v in metadata.values()
+    ):
         raise WebhookRejected("malformed event: metadata is not an object of texts")
     return metadata
 
@@ -113,7 +130,9 @@ def _intent_facts(intent: Mapping[str, Any]) -> dict[str, Any]:
         "status": _text(intent, "status"),
         "latest_charge": _text(intent, "latest_charge", optional=True),
         "last_payment_error": {
-            k: error[k] for k in ("code", "decline_code") if isinstance(error.get(k), str)
+            k: error[k]
+            for k in ("code", "decline_code")
+            if isinstance(error.get(k), str) and _storable(error[k])
         },
     }
 
@@ -362,9 +381,7 @@ def stripe_event_receive(*, payload: bytes, signature: str) -> Received:
     not a genuine, well-formed event; lets a failure while applying propagate (a 500, and
     nothing kept, so the provider's retry applies it)."""
     body = _decode(_verify(payload, signature))
-    if not isinstance(body.get("id"), str) or not isinstance(body.get("type"), str):
-        raise WebhookRejected("malformed event: no id or type")
-    event = Event(id=body["id"][:255], type=body["type"][:100], facts=_parse(body))
+    event = Event(id=_text(body, "id"), type=_text(body, "type")[:100], facts=_parse(body))
     handler = HANDLERS.get(event.type)
     with transaction.atomic():
         if not _store(event):

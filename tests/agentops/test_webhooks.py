@@ -555,3 +555,33 @@ def test_a_signature_dated_within_the_tolerance_either_way_is_accepted(offset: i
     payload = event("payment_intent.succeeded", step, status="succeeded")
     assert post(payload, sign(payload, at=int(time.time()) + offset)).status_code == 200
     assert Step.objects.get(pk=step.pk).state == "done"
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        pytest.param(lambda b: b.update(id="evt_\u0000"), id="nul-in-event-id"),
+        pytest.param(lambda b: b.update(id="evt_\ud800"), id="lone-surrogate-in-event-id"),
+        pytest.param(lambda b: b.update(type="payment_intent.\u0000"), id="nul-in-type"),
+        pytest.param(lambda b: b["data"]["object"].update(currency="us\u0000d"), id="nul-in-text"),
+        pytest.param(lambda b: b["data"]["object"].update(status="\udfff"), id="surrogate-in-text"),
+        pytest.param(
+            lambda b: b["data"]["object"]["metadata"].update(invoice="INV-\u0000"),
+            id="nul-in-metadata",
+        ),
+    ],
+)
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_signed_event_with_text_postgresql_cannot_hold_is_malformed_not_a_500(
+    spoil: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # json.loads makes NUL and lone surrogates from \u0000 and \ud800; PostgreSQL stores
+    # neither, so such an event would fail while being stored, and be retried for days.
+    step = pending_step()
+    body = json.loads(event("payment_intent.succeeded", step, status="succeeded"))
+    spoil(body)
+    payload = json.dumps(body).encode()
+    stored = WebhookEvent.objects.count()
+    refused(post(payload, sign(payload)), caplog, status=400, says="malformed event")
+    assert WebhookEvent.objects.count() == stored
+    assert Step.objects.get(pk=step.pk).state == "pending"
