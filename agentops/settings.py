@@ -301,6 +301,14 @@ LOGIN_REDIRECT_URL = "operators:tasks"
 LOGOUT_REDIRECT_URL = "login"
 # How long a customer's payment link (agentops/customers) stays valid.
 CUSTOMER_LINK_MAX_AGE_DAYS = int(os.environ.get("CUSTOMER_LINK_MAX_AGE_DAYS", "30"))
+# How often a customer may press "Try paying again" (agentops/customers/services.py): at
+# most CUSTOMER_RETRY_LIMIT new attempts per invoice (at least 1) in any
+# CUSTOMER_RETRY_WINDOW_SECONDS; then 429, saying when. Counted in PostgreSQL (the renewals
+# the customer started) under the invoice's lock, so it holds across processes and machines;
+# a link names one invoice, so it bounds each link too. An operator's retry from the task
+# page is permissioned and recorded with their name instead, and is not counted.
+CUSTOMER_RETRY_LIMIT = int(os.environ.get("CUSTOMER_RETRY_LIMIT", "3"))
+CUSTOMER_RETRY_WINDOW_SECONDS = int(os.environ.get("CUSTOMER_RETRY_WINDOW_SECONDS", "3600"))
 
 # A client's X-Forwarded-Proto is believed only when an operator says a proxy is in front
 # (one that sets the header itself and drops what clients send). The gunicorn settings
