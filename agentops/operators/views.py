@@ -18,9 +18,11 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import HttpResponseStopPolling, reswap, retarget
+from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling, reswap, retarget
 
 from agentops.customers.links import payment_link
+from agentops.customers.selectors import PaymentState, payment_of
+from agentops.customers.services import PaymentRefused, payment_retry
 from agentops.http import HtmxHttpRequest
 from agentops.kinds import KINDS, TaskRefused, kind_get
 from agentops.operators import selectors
@@ -194,7 +196,21 @@ def task_actions(request: HtmxHttpRequest, page: selectors.TaskPage) -> list[str
         found.append("compensate")
     if task.status == TaskStatus.NEEDS_HUMAN and user.has_perm("journal.resume_task"):
         found += ["resume", "cancel"]
+    if _retryable(task) and user.has_perm("journal.start_task"):
+        found.append("retry")
     return found
+
+
+def _retryable(task: Task) -> bool:
+    """Whether the payment this renewal was about may be tried again now: certainly not
+    done, and nothing for its invoice in progress (the customer's page says the same)."""
+    invoice = task.refs.get("invoice") if isinstance(task.refs, dict) else None
+    # Only on an ended renewal: while any task of the invoice goes on, the payment may still
+    # happen. So the check below costs its queries only on such a page.
+    if task.kind != "renewal" or not isinstance(invoice, str) or task.status not in FINAL:
+        return False
+    payment = payment_of(invoice=invoice)
+    return payment is not None and payment.state == PaymentState.NOT_DONE and payment.retryable
 
 
 @dataclass(frozen=True)
@@ -256,6 +272,15 @@ ACTIONS: dict[str, Action] = {
         "Stop this task for good?",
         _reason(True),
     ),
+    # Starting a charge is starting a task: the same permission as "New task".
+    "retry": Action(
+        "journal.start_task",
+        "Retry payment",
+        "Start a new renewal that charges this invoice again, as its latest renewal asked? "
+        "No money has been taken for it, and nothing for it is in progress. The customer's "
+        "page shows the payment being checked until the new attempt ends.",
+        _reason(True),
+    ),
 }
 
 
@@ -281,10 +306,12 @@ def task_action(
     error = "" if action in offered else f"“{spec.label}” is not safe for this task now."
     if request.method == "POST" and not error and form.is_valid():
         try:
-            _perform(action, request, page, step, form.cleaned_data)
+            started = _perform(action, request, page, step, form.cleaned_data)
         except TransitionRefused as exc:
             error = str(exc)
         else:
+            if started is not None:
+                return _to_task(request, started)
             return _after_action(request, page, step)
     context = {
         **_task_context(request, page),
@@ -311,7 +338,8 @@ def _perform(
     page: selectors.TaskPage,
     step: Step | None,
     data: dict[str, Any],
-) -> None:
+) -> Task | None:
+    """Do the action; a task it started is returned, for the operator to be taken to."""
     actor, task_id = _actor(request), page.task.pk
     reason = str(data.get("reason") or "")
     if action == "reconcile" and step is not None:
@@ -339,6 +367,18 @@ def _perform(
         task_resume(task_id=task_id, actor=actor, reason=reason)
     elif action == "cancel":
         task_cancel(task_id=task_id, actor=actor, reason=reason)
+    elif action == "retry":
+        try:
+            return payment_retry(invoice=page.task.refs["invoice"], actor=actor, reason=reason)
+        except PaymentRefused as exc:
+            raise TransitionRefused(exc.operator) from exc
+    return None
+
+
+def _to_task(request: HtmxHttpRequest, task: Task) -> HttpResponse:
+    """To the page of a task the action started (htmx: a full navigation, not a swap)."""
+    url = reverse("operators:task", args=[task.pk])
+    return HttpResponseClientRedirect(url) if request.htmx else HttpResponseRedirect(url)
 
 
 def _after_action(
