@@ -152,6 +152,37 @@ def test_a_customer_whose_card_was_declined_may_try_again_once(
     assert Task.objects.filter(refs__invoice=inv).count() == 2
 
 
+def test_an_operator_retries_a_declined_payment_from_the_task_page(
+    fleet: Fleet, app_server: str, page: Any
+) -> None:
+    fleet.worker()
+    inv = invoice()
+    task = task_start(
+        kind="renewal",
+        goal="renew, declined",
+        refs={
+            "invoice": inv,
+            "amount": 4900,
+            "email": "grace@example.com",
+            "payment_method": "pm_card_chargeDeclined",
+        },
+    )
+    wait_for(lambda: status(task) == "finished", timeout=20, what="the decline")
+    who = operator()
+    log_in(page, app_server, who)
+    page.goto(f"{app_server}/tasks/{task.pk}")
+    page.click("#task-head .action-retry")
+    page.fill("#task-confirm textarea[name=reason]", "the customer says the card works now")
+    page.click("#task-confirm button[type=submit]")
+    wait_for(
+        lambda: Task.objects.filter(refs__invoice=inv).count() == 2, timeout=20, what="the retry"
+    )
+    retry = Task.objects.filter(refs__invoice=inv).exclude(pk=task.pk).get()
+    page.wait_for_url(f"{app_server}/tasks/{retry.pk}")  # taken to the new task
+    audit = page.inner_text(".audit")
+    assert who in audit and "the customer says the card works now" in audit
+
+
 def test_the_task_list_puts_what_needs_a_person_first(
     fleet: Fleet, app_server: str, page: Any
 ) -> None:
