@@ -71,11 +71,29 @@ def task_counts() -> dict[str, int]:
     return {**counts, "unknown": unknown}
 
 
+# Far longer than any reference, step key (255) or provider's id the journal holds.
+SEARCH_MAX_LENGTH = 1000
+
+
+def _searchable(q: str) -> bool:
+    """Whether ``q`` could be in the journal at all: PostgreSQL holds no NUL in text or jsonb,
+    and no lone surrogate (psycopg cannot even send one). Compared as they are, they would
+    make the query fail."""
+    try:
+        q.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in q and len(q) <= SEARCH_MAX_LENGTH
+
+
 def _search(q: str) -> Q:
-    """Tasks matching a business reference, a step key, a provider's id or a task id."""
+    """Tasks matching a business reference, a step key, a provider's id or a task id; any
+    text at all (a search that cannot be in the journal matches nothing)."""
     q = q.strip()
     if not q:
         return Q()
+    if not _searchable(q):
+        return Q(pk__in=[])
     try:
         return Q(pk=uuid.UUID(q))
     except ValueError:
