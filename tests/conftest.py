@@ -12,6 +12,29 @@ pytest_plugins = [
 ]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def redis_emptied_key_by_key() -> Iterator[None]:
+    """Tests empty Redis with ``flushdb()``; the Redis of scripts/stack.py refuses FLUSHDB (the
+    app never sends it: tests/test_redis_hardening.py), so here it deletes every key instead.
+    The app's own code never calls it, so nothing it does is changed."""
+    import redis
+
+    def flushdb(self: redis.Redis, asynchronous: bool = False, **kwargs: Any) -> bool:
+        batch: list[bytes] = []
+        for key in self.scan_iter(count=1000):
+            batch.append(key)
+            if len(batch) == 1000:
+                self.delete(*batch)
+                batch.clear()
+        if batch:
+            self.delete(*batch)
+        return True
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redis.Redis, "flushdb", flushdb)
+        yield
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> Iterator[None]:
     """Create the test database (migrated, triggers included) once, drop it at the end.
