@@ -36,10 +36,26 @@ FAULTS = frozenset(
         "error_500_after",
         "rate_limit",
         "conflict",
+        "misdirected",
         "reset_before_read",
         "down",
+        # The effect happens; the 200 that says so does not carry it (LIES).
+        "empty_after_effect",
+        "wrong_shape_after_effect",
+        "html_after_effect",
     }
 )
+
+# A provider (or a proxy in front of it) that lies: the effect happens, and the reply is a
+# 200 that does not carry it. Each is (body, content type).
+LIES: dict[str, tuple[bytes, str]] = {
+    "empty_after_effect": (b"", "application/json"),
+    "wrong_shape_after_effect": (b'{"ok": true, "data": [1, 2, 3]}', "application/json"),
+    "html_after_effect": (
+        b"<!doctype html><html><head><title>OK</title></head><body><h1>OK</h1></body></html>",
+        "text/html; charset=utf-8",
+    ),
+}
 
 # Settings whose values /_sandbox/config accepts but never returns.
 SECRET_SETTINGS = frozenset({"webhook_secret"})
@@ -116,6 +132,9 @@ class Response:
     status: int
     body: JSON
     headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None
+    """Sent instead of ``body`` as JSON (a lying reply: empty, or HTML)."""
+    content_type: str = "application/json"
 
 
 Handler = Callable[[Request], Response | JSON]
@@ -569,6 +588,12 @@ class Provider:
                         }
                     },
                 )
+            if fault.fault == "misdirected":
+                # What a provider says to a request meant for another server (a wrong base
+                # address behind a shared front end): it refuses us, not the action.
+                return Response(
+                    421, _refused("misdirected_request", "This request is not for this server.")
+                )
             if fault.fault == "conflict":
                 return Response(
                     409,
@@ -624,6 +649,10 @@ class Provider:
             time.sleep(fault.delay)
         if fault is not None and fault.fault == "drop_after_effect":
             raise DropConnection(rst=False)
+        lie = LIES.get(fault.fault) if fault is not None else None
+        if lie is not None and response.status < 300:
+            raw, content_type = lie
+            return Response(200, {}, dict(response.headers), raw=raw, content_type=content_type)
         return response
 
 
@@ -832,10 +861,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
         return parse_form(parse_qsl(text, keep_blank_values=True))
 
     def _send(self, response: Response) -> None:
-        payload = json.dumps(response.body, indent=2).encode()
+        payload = (
+            response.raw
+            if response.raw is not None
+            else json.dumps(response.body, indent=2).encode()
+        )
         try:
             self.send_response(response.status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", response.content_type)
             self.send_header("Content-Length", str(len(payload)))
             self.send_header("Connection", "close")
             for name, value in response.headers.items():
