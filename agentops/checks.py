@@ -58,3 +58,36 @@ def sweeper_finds_dead_runs_by_the_lease(
             id="agentops.W001",
         )
     ]
+
+
+@register()
+def the_runner_can_be_built(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every worker builds the tools and the planner for each run. If they cannot be built
+    (an unknown PLANNER, a missing key, an import that fails), every task would be handed to
+    a person the moment it ran: refused here, at start-up, instead."""
+    from agentops.planners import planner_get
+    from agentops.tools import tool_registry
+
+    try:
+        tools = tool_registry()
+    except Exception as exc:
+        return [
+            Error(
+                f"the tools cannot be built: {type(exc).__name__}: {exc}",
+                hint="Check the tools' settings (provider addresses, keys, lifetimes).",
+                id="agentops.E002",
+            )
+        ]
+    try:
+        planner_get(tools)
+    except Exception as exc:
+        return [
+            Error(
+                f"the planner (PLANNER={settings.PLANNER!r}) cannot be built: "
+                f"{type(exc).__name__}: {exc}",
+                hint="PLANNER is scripted, anthropic or openai; a model planner needs its "
+                "API key (ANTHROPIC_API_KEY / OPENAI_API_KEY).",
+                id="agentops.E003",
+            )
+        ]
+    return []

@@ -103,6 +103,7 @@ APP_COLUMNS: dict[str, Columns] = {
             "key",
             "cost",
             "guard",
+            "guard_key",
             "once",
             "offsets_id",
             "retries",

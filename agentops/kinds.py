@@ -25,7 +25,7 @@ from agentops.money import money_text
 from agentops.tools import tool_registry
 from agentops.tools.base import FORMATS, NO_CONTROL, SchemaTool, StrictValidator
 from agentops.tools.email import EMAIL_PATTERN
-from journal.keys import object_name, same_object
+from journal.keys import UnsafeName, name_problem, object_key, same_object
 from journal.models import Task
 from journal.outcomes import StepState
 from journal.protocols import Bound, Refusal, Refused, StepFact, TaskFacts
@@ -254,8 +254,34 @@ def _stay_is_a_night_or_more(refs: Mapping[str, Any]) -> list[str]:
 
 
 def _invoices_distinct(refs: Mapping[str, Any]) -> list[str]:
-    names = [object_name(str(i.get("invoice"))).casefold() for i in refs.get("invoices") or []]
+    try:
+        names = [object_key(str(i.get("invoice"))) for i in refs.get("invoices") or []]
+    except UnsafeName:
+        return []  # said by _names_are_safe
     return ["invoices: an invoice is listed twice"] if len(names) != len(set(names)) else []
+
+
+def _texts(value: Any, path: str) -> list[tuple[str, str]]:
+    """Every text in ``value`` (refs), with its path."""
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, Mapping):
+        return [t for k, v in value.items() for t in _texts(v, f"{path}.{k}" if path else k)]
+    if isinstance(value, list):
+        return [t for i, v in enumerate(value) for t in _texts(v, f"{path}.{i}")]
+    return []
+
+
+def _names_are_safe(refs: Mapping[str, Any]) -> list[str]:
+    """Every text a task names objects with can be normalised safely (docs/design.md §6):
+    a name with a control character, a line separator, a private-use or unassigned
+    character is refused at the door rather than guessed at."""
+    problems = []
+    for path, text in _texts(refs, ""):
+        problem = name_problem(text)
+        if problem is not None:
+            problems.append(f"{path}: {problem}")
+    return problems
 
 
 RENEWAL_CAPS = {"usd": 100_000, "eur": 100_000, "gbp": 100_000}
@@ -416,7 +442,7 @@ def task_problems(*, kind: TaskKind, goal: Any, refs: Any) -> list[str]:
         )
         problems.append(f"refs.{path}: {message}" if path != "refs" else f"refs: {message}")
     if not errors:
-        for check in kind.refs_checks:
+        for check in (_names_are_safe, *kind.refs_checks):
             problems.extend(f"refs.{p}" for p in check(refs))
     return problems
 

@@ -40,7 +40,7 @@ from journal import operator
 from journal.models import Task, TaskStatus
 from journal.policy import Policy
 from journal.record import task_create
-from journal.run import Advance, DatabaseLost, task_advance
+from journal.run import Advance, DatabaseLost, task_advance, task_unbuildable
 from journal.selectors import task_list_runnable
 
 log = logging.getLogger(__name__)
@@ -135,15 +135,26 @@ def task_run(*, task_id: UUID) -> Advance:
     again, and the task is rung for at once; runs that keep failing are bounded.
     """
     task = Task.objects.get(pk=task_id)
-    tools = chaos_tools(tools_for(task))
+    owner = f"{socket.gethostname()}:{os.getpid()}"
+    try:
+        tools = chaos_tools(tools_for(task))
+        planner, policy, rules = planner_get(tools), task_policy(task), rules_for(task)
+    except Exception as exc:  # a setting, a key, an import: never a crash loop nobody sees
+        log.exception("task %s: its runner could not be built", task_id)
+        return task_unbuildable(
+            task_id=task.pk,
+            owner=owner,
+            reason=f"the runner for this {task.kind} task could not be built "
+            f"({type(exc).__name__}: {str(exc)[:300]}); fix the configuration, then resume it",
+        )
     try:
         result = task_advance(
             task_id=task.pk,
-            planner=planner_get(tools),
+            planner=planner,
             tools=tools,
-            owner=f"{socket.gethostname()}:{os.getpid()}",
-            policy=task_policy(task),
-            rules=rules_for(task),
+            owner=owner,
+            policy=policy,
+            rules=rules,
         )
     except DatabaseLost as lost:
         if lost.released:

@@ -1,15 +1,68 @@
-"""Names for intended actions (docs/design.md §3).
+"""Names for intended actions and for the business objects they act on (docs/design.md §3, §6).
 
 A step's key is derived from its stable id ``<task id>:<n>`` and from nothing else: not the
 attempt number, not anything the model said. A compensation's key is derived from its
 step's key.
+
+A business object's name (``charge:INV-2291``, ``hotel:Alfama:Ada Lovelace:2027-03-01``) is
+compared in one normal form, so that no look-alike spelling of a name makes a second effect
+on the same object: Unicode NFKC, invisible and format characters removed, runs of white
+space collapsed, case folded. A name whose normal form does not fit its column is stored as
+a digest of that normal form, behind a readable prefix: names are never cut, so two long
+names that differ only at their end stay two objects.
 """
 
 from __future__ import annotations
 
+import hashlib
+import unicodedata
 from uuid import UUID
 
 KEY_PREFIX = "ao"
+
+OBJECT_NAME_MAX = 255
+"""The width of the columns that hold an object's name (``Step.guard``, ``Step.guard_key``)."""
+
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): characters that are
+# invisible when shown, outside the format category (Cf) that is removed as a whole.
+_IGNORABLE = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+
+# Spaces that show no width: a space all the same (U+200B was one, Zs, until Unicode 4.0.1),
+# so ``Ada\u200bLovelace`` is ``Ada Lovelace``. Every other invisible character is removed.
+_ZERO_WIDTH_SPACES = frozenset("\u200b\u180e\ufeff")
+
+# Characters a name cannot be normalised with safely, so it is refused: controls (C0, C1),
+# surrogates, private-use and unassigned code points, line and paragraph separators.
+_UNSAFE_CATEGORIES = {
+    "Cc": "a control character",
+    "Cs": "a surrogate",
+    "Co": "a private-use character",
+    "Cn": "an unassigned character",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+}
+
+
+class UnsafeName(ValueError):
+    """A name that cannot be normalised safely: refused, never guessed at."""
 
 
 def step_id(task_id: UUID | str, n: int) -> str:
@@ -27,14 +80,69 @@ def undo_key(key: str, retries: int = 0) -> str:
     return f"{key}:undo" if retries == 0 else f"{key}:undo{retries + 1}"
 
 
+def _invisible(char: str) -> bool:
+    if unicodedata.category(char) == "Cf":
+        return True
+    point = ord(char)
+    return any(low <= point <= high for low, high in _IGNORABLE)
+
+
+def name_problem(raw: str) -> str | None:
+    """Why ``raw`` cannot be normalised safely as (part of) an object's name, or None."""
+    for char in raw:
+        what = _UNSAFE_CATEGORIES.get(unicodedata.category(char))
+        if what is not None:
+            return f"contains {what} (U+{ord(char):04X})"
+    return None
+
+
 def object_name(raw: str) -> str:
-    """A business object's name as stored: each ``:``-separated part without surrounding
-    spaces. Case is kept for people to read; the guards compare names case-insensitively
-    (their unique indexes are on ``lower(guard)``), so ``charge: INV-2291 `` and
-    ``charge:inv-2291`` are one object (docs/design.md §6)."""
-    return ":".join(part.strip() for part in raw.split(":"))[:255]
+    """A business object's name as people read it: NFKC, zero-width spaces read as spaces and
+    every other invisible character removed, each
+    ``:``-separated part with its white space collapsed and trimmed. Case is kept. Raises
+    :class:`UnsafeName` for a name that cannot be normalised safely, or that has an empty
+    part once normalised."""
+    problem = name_problem(raw)
+    if problem is not None:
+        raise UnsafeName(f"the name {raw[:80]!r} {problem}")
+    text = "".join(
+        " " if c in _ZERO_WIDTH_SPACES else c
+        for c in unicodedata.normalize("NFKC", raw)
+        if c in _ZERO_WIDTH_SPACES or not _invisible(c)
+    )
+    parts = [" ".join(part.split()) for part in text.split(":")]
+    if not all(parts):
+        raise UnsafeName(f"the name {raw[:80]!r} has an empty part once normalised")
+    return ":".join(parts)
+
+
+def object_form(raw: str) -> str:
+    """The one normal form names are compared in: :func:`object_name`, case folded (and
+    NFKC again, as folding can leave a character that NFKC would change)."""
+    return unicodedata.normalize("NFKC", object_name(raw).casefold())
+
+
+def object_key(raw: str) -> str:
+    """What the guards compare (``Step.guard_key``): the normal form, or, when that is longer
+    than the column, a readable prefix of it and the SHA-256 of all of it."""
+    form = object_form(raw)
+    if len(form) <= OBJECT_NAME_MAX:
+        return form
+    digest = hashlib.sha256(form.encode()).hexdigest()
+    return f"{form[: OBJECT_NAME_MAX - len(digest) - 2]}…#{digest}"
+
+
+def object_label(raw: str) -> str:
+    """The name as stored for people (``Step.guard``): :func:`object_name`, shortened with an
+    ellipsis when it does not fit. Never compared: :func:`object_key` is."""
+    name = object_name(raw)
+    return name if len(name) <= OBJECT_NAME_MAX else name[: OBJECT_NAME_MAX - 1] + "…"
 
 
 def same_object(a: str, b: str) -> bool:
-    """Whether two names (or parts of names, such as invoice numbers) are one object."""
-    return object_name(a).casefold() == object_name(b).casefold()
+    """Whether two names (or parts of names, such as invoice numbers) are one object. A name
+    that cannot be normalised safely is the same as nothing."""
+    try:
+        return object_form(a) == object_form(b)
+    except UnsafeName:
+        return False

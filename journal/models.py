@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Lower, Now
+from django.db.models.functions import Now
 
 from journal.keys import step_id
 from journal.outcomes import LIVE_STATES, SETTLED_STATES, StepState
@@ -65,6 +65,11 @@ class Attention(models.TextChoices):
     COMPENSATION_FAILED = "compensation_failed", "a compensation did not happen"
     """A saga's undo was refused by the provider (or could not be sent, retries used up): the
     effect it should undo still stands."""
+    MISCONFIGURED = "misconfigured", "our side is misconfigured"
+    """The provider refused *us*, not the business action (our key is wrong or revoked, the
+    address is not the provider's: 401, 403, 421, 404 on the tool's own endpoint, a name
+    that never resolves), or the runner's planner or tools could not even be built. Nothing
+    happened; once a person has fixed it and resumes the task, it is tried again."""
     EFFECT_LAPSED = "effect_lapsed", "an effect lapsed"
     """Something a saga holds no longer stands at the provider (a flight hold expired while
     it waited); nothing more was done on top of it."""
@@ -192,10 +197,17 @@ class Step(models.Model):
     args = models.JSONField(default=dict, blank=True)
     key = models.CharField(max_length=255, unique=True)
     cost = models.CharField(max_length=10, blank=True)
-    # NULL, not "", means "acts on no business object": the guard's unique index skips it.
-    # Stored without stray spaces (journal.keys.object_name) and compared without case.
+    # NULL, not "", means "acts on no business object": the guards' unique indexes skip it.
+    # `guard` is the object's name for people (journal.keys.object_label); `guard_key` is
+    # what the guards compare: its normal form, or a digest of it when long (object_key).
     guard = models.CharField(  # noqa: DJ001
         max_length=255, null=True, blank=True, help_text="The business object acted on."
+    )
+    guard_key = models.CharField(  # noqa: DJ001
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text="The object's name in its normal form, as the guards compare it.",
     )
     once = models.BooleanField(
         default=False, help_text="The effect happens once per object (unless offset)."
@@ -261,19 +273,19 @@ class Step(models.Model):
             # The guard (docs/design.md §6): while an effect on an object is in flight or
             # unknown, no second one may be recorded. Refusals are caught by constraint name.
             models.UniqueConstraint(
-                Lower("guard"),
-                condition=Q(state__in=LIVE_STATES, guard__isnull=False),
+                fields=["guard_key"],
+                condition=Q(state__in=LIVE_STATES, guard_key__isnull=False),
                 name=GUARD_CONSTRAINT,
             ),
             # Once per object: a second effect on an object whose first happened (or may
             # have) and was not undone is refused, across tasks.
             models.UniqueConstraint(
-                Lower("guard"),
+                fields=["guard_key"],
                 condition=Q(
                     once=True,
                     offset_by__isnull=True,
                     state__in=STANDING_STATES,
-                    guard__isnull=False,
+                    guard_key__isnull=False,
                 ),
                 name=ONCE_CONSTRAINT,
             ),

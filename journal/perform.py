@@ -22,6 +22,7 @@ from journal.outcomes import (
     Outcome,
     StepState,
     classify,
+    proven,
 )
 from journal.policy import DEFAULT_POLICY, Policy
 from journal.protocols import CostClass, Tool
@@ -39,13 +40,15 @@ def tool_call(tool: Tool, args: Mapping[str, Any], *, key: str) -> Observation:
 
 
 def tool_lookup(tool: Tool, args: Mapping[str, Any], *, key: str) -> Outcome | None:
-    """Ask the provider about ``key``; a lookup that fails is an ``unknown``, not a 'no'."""
+    """Ask the provider about ``key``; a lookup that fails is an ``unknown``, not a 'no', and
+    one that finds it done without its evidence proves nothing either."""
     try:
-        return tool.lookup(args, key=key)
+        found = tool.lookup(args, key=key)
     except Exception as exc:  # a failed lookup proves nothing either way
         return Outcome.unknown(
             f"the lookup failed ({type(exc).__name__})", error_class=type(exc).__name__
         )
+    return None if found is None else proven(found, tool.evidence)
 
 
 def _attempt_facts(attempt: int, observation: Observation, outcome: Outcome) -> dict[str, Any]:
@@ -70,7 +73,7 @@ def step_perform(
     """Run the attempt of ``step`` whose start is already committed, then commit its outcome."""
     attempt = step.attempts
     observation = tool_call(tool, step.args, key=step.key)
-    outcome = classify(observation, earlier_attempt=attempt > 1)
+    outcome = classify(observation, earlier_attempt=attempt > 1, evidence=tool.evidence)
     if step.cost == CostClass.READ and outcome.state == StepState.UNKNOWN:
         # A read has no effect to be unsure about: its failure is a plain failure.
         outcome = Outcome.not_done(f"the read did not complete: {outcome.detail}", **outcome.data)

@@ -56,6 +56,12 @@ class Tool(Protocol):
         ...
 
     @property
+    def evidence(self) -> Sequence[str]:
+        """What a done effect must carry to be believed (a charge id, a message id, a booking
+        reference): a 2xx or a lookup without it proves nothing, and the step is unknown."""
+        ...
+
+    @property
     def compensation(self) -> str | None:
         """The name of the tool that undoes this one, or None when nothing can (sagas)."""
         ...
@@ -188,6 +194,10 @@ class StepFact:
     transient: bool = False
     """``not_done`` for a passing reason (the provider could not be reached): worth a retry."""
     settled_at: datetime | None = None
+    refused_by: str = ""
+    """For a guard's refusal: the key of the step that stood in its way ("" when unknown)."""
+    misconfigured: bool = False
+    """``not_done`` because the provider refused *us* (a key, an address), not the action."""
 
     @property
     def refused(self) -> bool:

@@ -13,7 +13,7 @@ from django.db.models.functions import Now
 
 from journal.db import prepared_cursor
 from journal.entries import entry
-from journal.keys import object_name, step_key, undo_key
+from journal.keys import UnsafeName, object_key, object_label, step_key, undo_key
 from journal.leases import Lease, LeaseLost, fence, lease_seconds
 from journal.models import (
     GUARD_CONSTRAINT,
@@ -48,8 +48,8 @@ TASK_CONSTRAINTS = (GUARD_CONSTRAINT, ONCE_CONSTRAINT, UNDO_CONSTRAINT)
 # journal_record (migration 0007): fence, number, insert the step and its one entry.
 RECORD = (
     "SELECT * FROM journal_record(%s::uuid, %s::bigint, %s::float8, %s::boolean, %s::text, "
-    "%s::jsonb, %s::text, %s::text, %s::boolean, %s::integer, %s::integer, %s::text, "
-    "%s::float8, %s::float8, %s::jsonb, %s::text, %s::jsonb)"
+    "%s::jsonb, %s::text, %s::text, %s::text, %s::boolean, %s::integer, %s::integer, "
+    "%s::text, %s::float8, %s::float8, %s::jsonb, %s::text, %s::jsonb)"
 )
 # journal_finish (migration 0008): fence, number, finish the task and give the lease back,
 # insert the finish step and its one entry.
@@ -62,12 +62,15 @@ FINISH = (
 @dataclass(frozen=True)
 class Checked:
     """A decision as the checks before recording it left it: its tool, its arguments as they
-    will be frozen, and either why it is refused or the step it undoes (if any)."""
+    will be frozen, the business object it acts on (its name for people and its normal form,
+    docs/design.md §6), and either why it is refused or the step it undoes (if any)."""
 
     tool: Tool | None
     args: Any
     refused: Refused | None = None
     offsets: int | None = None
+    guard: str | None = None
+    guard_key: str | None = None
 
 
 def decision_check(
@@ -97,6 +100,14 @@ def decision_check(
                 f"unknown tool {decision.tool!r} (this task may use: {known}); nothing was run",
             ),
         )
+    guard = guard_key = None
+    if not problems:
+        raw_guard = tool.guard(args)
+        try:
+            guard = object_label(raw_guard) if raw_guard else None
+            guard_key = object_key(raw_guard) if raw_guard else None
+        except UnsafeName as exc:
+            problems = [f"{exc}: the object it acts on cannot be named safely"]
     if problems:
         return Checked(
             tool,
@@ -107,11 +118,11 @@ def decision_check(
             ),
         )
     if rules is None or facts is None:
-        return Checked(tool, args)
+        return Checked(tool, args, guard=guard, guard_key=guard_key)
     verdict = rules.check(tool=tool.name, args=args, facts=facts)
     if isinstance(verdict, Refused):
-        return Checked(tool, args, verdict)
-    return Checked(tool, args, offsets=verdict.offsets)
+        return Checked(tool, args, verdict, guard=guard, guard_key=guard_key)
+    return Checked(tool, args, offsets=verdict.offsets, guard=guard, guard_key=guard_key)
 
 
 class TaskMoved(Exception):
@@ -210,9 +221,8 @@ def step_record(
         return refuse(checked.refused.code, checked.refused.reason, **dict(checked.refused.facts))
     tool, args = cast(Tool, checked.tool), checked.args  # known: it would be refused otherwise
     offsets = undo_of.n if undo_of is not None else checked.offsets
-    raw_guard = tool.guard(args)
-    guard = object_name(raw_guard) if raw_guard else None
-    once = bool(guard) and tool.once(args)
+    guard, guard_key = checked.guard, checked.guard_key
+    once = bool(guard_key) and tool.once(args)
     trusted = tool.key_lifetime * (1.0 - policy.key_margin)
     params: list[Any] = [
         lease.task_id,
@@ -223,6 +233,7 @@ def step_record(
         json.dumps(args),
         str(tool.cost),
         guard,
+        guard_key,
         once,
         offsets,
         retries,
@@ -265,6 +276,7 @@ def step_record(
                 key=row[2],
                 cost=tool.cost,
                 guard=guard,
+                guard_key=guard_key,
                 once=once,
                 retries=retries,
                 undo_tool=tool.compensation or "",
@@ -288,16 +300,28 @@ def step_record(
         if constraint is None:
             raise
         code, reason, held = _guard_refusal(
-            constraint, tool=tool, guard=guard, offsets=offsets, task_id=lease.task_id
+            constraint,
+            tool=tool,
+            guard=guard,
+            guard_key=guard_key,
+            offsets=offsets,
+            task_id=lease.task_id,
         )
-        return refuse(code, reason, guard=guard, **held)
+        return refuse(code, reason, guard=guard, guard_key=guard_key, **held)
     return step
 
 
 def _guard_refusal(
-    constraint: str, *, tool: Tool, guard: str | None, offsets: int | None, task_id: Any
+    constraint: str,
+    *,
+    tool: Tool,
+    guard: str | None,
+    guard_key: str | None,
+    offsets: int | None,
+    task_id: Any,
 ) -> tuple[Refusal, str, dict[str, Any]]:
-    """Why the database refused the step, told from the step that stands in its way."""
+    """Why the database refused the step, told from the step that stands in its way (found
+    by the object's normal form; named as this decision named it)."""
     if constraint == UNDO_CONSTRAINT and offsets is not None:
         holder = (
             Step.objects.filter(
@@ -308,7 +332,7 @@ def _guard_refusal(
         )
     else:
         holder = (
-            Step.objects.filter(guard__iexact=guard, state__in=STANDING_STATES)
+            Step.objects.filter(guard_key=guard_key, state__in=STANDING_STATES)
             .order_by("-state")  # unknown / pending before done: a live one explains best
             .first()
         )
@@ -332,7 +356,9 @@ def _guard_refusal(
         Refusal.ALREADY_DONE,
         f"already done: {holder.tool} for {what} ({evidence_label(holder.evidence)}) on "
         f"{when}, reference {holder.key}; this one was not started; do not do it again",
-        {"refused_by": holder.key, "evidence": holder.evidence},
+        # The first effect's evidence, named so that nobody takes it for this step's own: a
+        # refused step carries none (the database refuses it, migration 0009).
+        {"refused_by": holder.key, "first_evidence": holder.evidence},
     )
 
 
@@ -353,7 +379,13 @@ class _Refuser:
         self.retries = retries
 
     def __call__(
-        self, code: Refusal, reason: str, *, guard: str | None = None, **facts: Any
+        self,
+        code: Refusal,
+        reason: str,
+        *,
+        guard: str | None = None,
+        guard_key: str | None = None,
+        **facts: Any,
     ) -> Step:
         kind = {
             Refusal.UNKNOWN_TOOL: EntryKind.DECISION_REJECTED,
@@ -371,6 +403,7 @@ class _Refuser:
                 args=self.args,
                 key=step_key(self.lease.task_id, n),
                 guard=guard,
+                guard_key=guard_key,
                 refusal=code,
                 retries=self.retries,
                 state=StepState.NOT_DONE,

@@ -26,8 +26,17 @@ from django.db import InterfaceError, InternalError, OperationalError, connectio
 from django.db.models.functions import Now
 
 from journal.leases import Lease, LeaseLost, fence, lease_acquire, lease_release
-from journal.models import Approval, ApprovalState, Attention, Step, Task, TaskStatus
-from journal.outcomes import Outcome, StepState
+from journal.models import (
+    Approval,
+    ApprovalState,
+    Attention,
+    Entry,
+    EntryKind,
+    Step,
+    Task,
+    TaskStatus,
+)
+from journal.outcomes import LIVE_STATES, Outcome, StepState
 from journal.perform import step_perform, step_reconcile
 from journal.policy import DEFAULT_POLICY, Policy
 from journal.protocols import (
@@ -36,6 +45,7 @@ from journal.protocols import (
     Decision,
     Finish,
     Planner,
+    Refusal,
     Rules,
     StepFact,
     TaskFacts,
@@ -125,6 +135,29 @@ def task_advance(
         # Without this, the task would wait out its whole lease before anyone took it up.
         released = _give_back(lease, clean=False)
         raise DatabaseLost(lease.task_id, released=released) from exc
+
+
+def task_unbuildable(*, task_id: UUID, owner: str, reason: str) -> Advance:
+    """A run that could not even be built (its planner or its tools: an unknown setting, a
+    missing key, an import that fails) hands its task to a person, under the task's lease,
+    like any other failure, and counts as a failed run. A task that was not due to advance
+    (over, held, waiting for later) is left as it is."""
+    lease = lease_acquire(task_id=task_id, owner=owner)
+    if lease is None:
+        return Advance("busy")
+    try:
+        flagged = task_transition(
+            lease=lease,
+            task_id=task_id,
+            to=TaskStatus.NEEDS_HUMAN,
+            frm=[TaskStatus.RUNNABLE, TaskStatus.WAITING],
+            code=Attention.MISCONFIGURED,
+            reason=reason,
+        )
+    except LeaseLost:
+        return Advance("busy")
+    _release(lease, clean=False)  # the run failed: it stays counted in failed_runs
+    return Advance("needs_human" if flagged else "busy")
 
 
 def _run(
@@ -265,14 +298,47 @@ def _advance(
                 f"the task reached its limit of {policy.max_steps} steps without finishing",
             )
         approval: Approval | None = None
-        retry = _transient_retry(facts, policy)
-        if retry is not None:
+        decision: Decision
+        # A decision the harness makes again by itself (never held again, never re-asked).
+        harness_retry = False
+        wrong = _misconfigured(facts, policy)
+        blocked = _blocked(facts) if wrong is None else None
+        retry = _transient_retry(facts, policy) if wrong is None and blocked is None else None
+        if wrong is not None:
+            if not _resumed_since(task.pk, wrong):
+                raise _Handover(
+                    Attention.MISCONFIGURED,
+                    f"step {wrong.key} ({wrong.tool}): {wrong.detail}. Nothing happened. Fix "
+                    "the configuration, then resume the task: the step is tried again",
+                )
+            # A person fixed what was wrong and resumed it: the same call, as a new step (the
+            # first provably did nothing).
+            decision = Call(wrong.tool, wrong.args, raw={"harness": "after_fix", "of": wrong.n})
+            retries, harness_retry = wrong.retries + 1, True
+        elif blocked is not None:
+            holder_check = _live_holder(blocked)
+            if holder_check is not None:
+                poll = now + timedelta(seconds=_first_delay(policy))
+                until = max(poll, holder_check) if isinstance(holder_check, datetime) else poll
+                _wait(
+                    lease,
+                    until=until,
+                    why=f"step {blocked.refused_by}, another effect on the same object, to settle",
+                )
+                return Advance("waiting", performed)
+            # It settled: the same decision again, which the guard now judges by its outcome
+            # (already done → refused with its evidence; not done → it goes ahead).
+            decision = Call(
+                blocked.tool, blocked.args, raw={"harness": "after_in_flight", "of": blocked.n}
+            )
+            retries, harness_retry = blocked.retries + 1, True
+        elif retry is not None:
             last, due = retry
             if due > now:
                 _wait(lease, until=due, why=f"a retry of step {last.key}")
                 return Advance("waiting", performed)
-            decision: Decision = Call(last.tool, last.args, raw={"harness": "retry", "of": last.n})
-            retries = last.retries + 1
+            decision = Call(last.tool, last.args, raw={"harness": "retry", "of": last.n})
+            retries, harness_retry = last.retries + 1, True
         else:
             failed = _saga_step_failed(facts) if rules is not None and rules.saga else None
             if failed is not None:
@@ -321,7 +387,7 @@ def _advance(
         if (
             rules is not None
             and approval is None
-            and retries == 0
+            and not harness_retry
             # A call the rules refuse is recorded as refused: nobody is asked to approve it.
             and decision_check(decision=decision, tools=tools, rules=rules, facts=facts).refused
             is None
@@ -442,6 +508,7 @@ class _View:
             evidence=dict(outcome.data.get("evidence") or {}),
             retries=step.retries,
             undo_tool=step.undo_tool,
+            misconfigured=bool(outcome.data.get("misconfigured")),
         )
         self.facts = replace(self.facts, steps=[*self.facts.steps, fact])
         self.task.step_count = step.n
@@ -525,7 +592,7 @@ def _still_standing(
             stands = tool.standing(fact.args, fact.evidence)
         except Exception as exc:  # cannot tell: do not build on it yet
             effect_checked(lease=lease, fact=fact, stands=None, error=type(exc).__name__)
-            delay = policy.lookup_schedule[0] if policy.lookup_schedule else 1.0
+            delay = _first_delay(policy)
             _wait(lease, until=now + timedelta(seconds=delay), why=f"news of step {fact.key}")
             return False
         if stands is None:
@@ -554,6 +621,58 @@ def _decide(lease: Lease, planner: Planner, facts: TaskFacts) -> Decision:
             Attention.PLANNER_FAILED,
             f"the planner failed: {type(exc).__name__}: {str(exc)[:500]}",
         ) from exc
+
+
+def _misconfigured(facts: TaskFacts, policy: Policy) -> StepFact | None:
+    """The last step, when it did not happen because the provider refused *us* (our key, our
+    address): not the business's answer, so neither the planner nor a saga decides on it; a
+    person fixes it. One that never left for a reason that may pass (a name that did not
+    resolve) is first retried like any other."""
+    if not facts.steps:
+        return None
+    last = facts.steps[-1]
+    if last.state != StepState.NOT_DONE or not last.misconfigured or last.refusal:
+        return None
+    if last.transient and last.retries < len(policy.transient_retry_delays):
+        return None
+    return last
+
+
+def _resumed_since(task_id: UUID, step: StepFact) -> bool:
+    """Whether a person resumed the task after ``step`` settled (having fixed something)."""
+    if step.settled_at is None:
+        return False  # it settled in this very run (the runner's own view of it)
+    return Entry.objects.filter(
+        task_id=task_id,
+        kind=EntryKind.OPERATOR_ACTION,
+        data__action="resume",
+        at__gt=step.settled_at,
+    ).exists()
+
+
+def _blocked(facts: TaskFacts) -> StepFact | None:
+    """The last step, when the guard refused it because another effect on the same object was
+    in flight or unknown (docs/design.md §6): the task waits for that one to settle, then
+    decides from its outcome. "Not until it is resolved", never "never"."""
+    if not facts.steps:
+        return None
+    last = facts.steps[-1]
+    return last if last.refusal == Refusal.IN_FLIGHT else None
+
+
+def _live_holder(blocked: StepFact) -> datetime | bool | None:
+    """Whether the step that stood in ``blocked``'s way is still open: its next lookup time
+    (or True when none is set: it is in flight), or None once it has settled."""
+    if not blocked.refused_by:
+        return None  # it settled a moment before the refusal was written: decide again
+    row = Step.objects.filter(key=blocked.refused_by).values_list("state", "next_check_at").first()
+    if row is None or row[0] not in LIVE_STATES:
+        return None
+    return row[1] or True
+
+
+def _first_delay(policy: Policy) -> float:
+    return policy.lookup_schedule[0] if policy.lookup_schedule else 1.0
 
 
 def _transient_retry(facts: TaskFacts, policy: Policy) -> tuple[StepFact, datetime] | None:

@@ -53,6 +53,9 @@ def task_facts_of(*, task: Task, steps: Iterable[Step]) -> TaskFacts:
                 undo_tool=s.undo_tool,
                 transient=s.state == StepState.NOT_DONE and bool(s.outcome.get("transient")),
                 settled_at=s.settled_at,
+                refused_by=str(s.outcome.get("refused_by") or "") if s.refusal else "",
+                misconfigured=s.state == StepState.NOT_DONE
+                and bool(s.outcome.get("misconfigured")),
             )
             for s in steps
         ],

@@ -34,20 +34,27 @@ SELECT md5('bench' || i || %(tag)s)::uuid, 'renewal', 'bench: a seeded renewal '
   FROM generate_series(1, %(tasks)s) AS i
 """
 
+# Steps are born pending (the database refuses any other way in, migration 0009), then
+# settled, as the harness does.
 SEED_STEPS = """
 INSERT INTO journal_step (task_id, n, kind, tool, args, key, cost, guard, once, retries,
     refusal, undo_tool, state, detail, outcome, attempts, lookups, first_started_at,
-    key_trusted_until, lookup_until, settled_at, next_check_at, decision, created_at)
+    key_trusted_until, lookup_until, decision, created_at)
 SELECT t.id, n, 'call', 'charge_customer', jsonb_build_object('amount', 4900),
-       'ao:' || t.id || ':' || n, 'full', NULL, false, 0, '', '',
-       CASE WHEN t.status = 'finished' OR n = 1 THEN 'done' ELSE 'unknown' END, '',
-       '{"evidence": {"charge": "ch_seed"}}'::jsonb, 1, 0, t.created_at,
-       t.created_at + interval '21 hours', t.created_at + interval '24 hours',
-       CASE WHEN t.status = 'finished' OR n = 1 THEN t.created_at END,
-       CASE WHEN t.status <> 'finished' AND n = 2 THEN now() + interval '1 hour' END,
+       'ao:' || t.id || ':' || n, 'full', NULL, false, 0, '', '', 'pending', '', '{}'::jsonb,
+       1, 0, t.created_at, t.created_at + interval '21 hours', t.created_at + interval '24 hours',
        '{}'::jsonb, t.created_at
   FROM journal_task t, generate_series(1, %(steps)s) AS n
- WHERE t.goal LIKE 'bench: a seeded renewal %%' AND t.refs->>'invoice' LIKE %(like)s
+ WHERE t.goal LIKE 'bench: a seeded renewal %%' AND t.refs->>'invoice' LIKE %(like)s;
+UPDATE journal_step s
+   SET state = CASE WHEN t.status = 'finished' OR s.n = 1 THEN 'done' ELSE 'unknown' END,
+       outcome = '{"evidence": {"charge": "ch_seed"}}'::jsonb,
+       settled_at = CASE WHEN t.status = 'finished' OR s.n = 1 THEN t.created_at END,
+       next_check_at = CASE WHEN t.status <> 'finished' AND s.n = 2
+                            THEN now() + interval '1 hour' END
+  FROM journal_task t
+ WHERE s.task_id = t.id AND t.goal LIKE 'bench: a seeded renewal %%'
+   AND t.refs->>'invoice' LIKE %(like)s
 """
 
 SEED_ENTRIES = """
@@ -92,15 +99,23 @@ def long_task(*, steps: int = 200) -> uuid.UUID:
             """
             INSERT INTO journal_step (task_id, n, kind, tool, args, key, cost, once, retries,
                 refusal, undo_tool, state, detail, outcome, attempts, lookups,
-                first_started_at, key_trusted_until, lookup_until, settled_at, decision,
-                created_at)
+                first_started_at, key_trusted_until, lookup_until, decision, created_at)
             SELECT %s, n, 'call', 'send_email', jsonb_build_object('n', n),
-                   'ao:' || %s || ':' || n, 'full', false, 0, '', '', 'done', '',
-                   '{"evidence": {"message": "msg_seed"}}', 1, 0, now(),
-                   now() + interval '21 hours', now() + interval '24 hours', now(), '{}', now()
+                   'ao:' || %s || ':' || n, 'full', false, 0, '', '', 'pending', '', '{}',
+                   1, 0, now(), now() + interval '21 hours', now() + interval '24 hours',
+                   '{}', now()
               FROM generate_series(1, %s) AS n
             """,
             [task_id, str(task_id), steps],
+        )
+        cursor.execute(
+            """
+            UPDATE journal_step
+               SET state = 'done', outcome = '{"evidence": {"message": "msg_seed"}}',
+                   settled_at = now()
+             WHERE task_id = %s
+            """,
+            [task_id],
         )
         cursor.execute(
             """

@@ -36,6 +36,7 @@ class NoopTool:
     lookup_lag = timedelta(0)
     compensation: str | None = None
     irreversible = False
+    evidence = ("id",)
 
     def validate(self, args: Mapping[str, Any]) -> list[str]:
         return []

@@ -8,6 +8,7 @@ left is ``NotSent``; anything after bytes may have left is ``Interrupted``.
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -20,10 +21,14 @@ from urllib3.exceptions import NewConnectionError
 from journal.outcomes import Interrupted, NotSent, Observation, Outcome, Reply
 from journal.protocols import CostClass
 
-# Text that reaches a provider's headers (a subject) or a ledger: no control characters,
-# so nothing can smuggle a header line or hide in a log. A search for one anywhere, negated:
-# an anchored pattern would let a trailing newline through ($ matches before it).
-NO_CONTROL: dict[str, Any] = {"not": {"type": "string", "pattern": "[\\x00-\\x1f\\x7f]"}}
+# Text that reaches a provider's headers (a subject, a name) or a ledger: no control
+# character (C0, DEL, C1 — NEL, U+0085, among them) and no Unicode line or paragraph
+# separator, so nothing can smuggle a header line or hide in a log. A search for one
+# anywhere, negated: an anchored pattern would let a trailing newline through ($ matches
+# before it).
+NO_CONTROL: dict[str, Any] = {
+    "not": {"type": "string", "pattern": "[\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]"}
+}
 
 # JSON Schema calls 49.0 an integer; for money it is not. "integer" here means an int.
 StrictValidator = validators.extend(  # type: ignore[no-untyped-call]
@@ -44,6 +49,8 @@ class SchemaTool:
     description: ClassVar[str]
     schema: ClassVar[dict[str, Any]]
     cost: CostClass = CostClass.FULL
+    evidence: tuple[str, ...] = ()
+    """What a done effect must carry (journal.protocols.Tool.evidence); every effect names it."""
     compensation: str | None = None
     irreversible: bool = False
     key_lifetime: timedelta = timedelta(hours=24)
@@ -109,13 +116,20 @@ def _causes(exc: BaseException) -> list[BaseException]:
 def observe_exception(exc: BaseException) -> NotSent | Interrupted:
     """Classify a transport failure: did any byte of the request leave?
 
-    Only a refused connection, an unresolved name or a connect timeout (no TCP connection,
-    so no request) proves the request was never sent. A reset, a read timeout or anything
+    Only a refused connection, an unresolved name, a connect timeout (no TCP connection, so
+    no request) or a certificate that does not verify (the handshake stops before a byte of
+    the request) proves the request was never sent. A reset, a read timeout or anything
     else may follow a request the provider received.
     """
     message = str(exc)[:500]
     for link in _causes(exc):
-        if isinstance(link, requests.ConnectTimeout | NewConnectionError | ConnectionRefusedError):
+        if isinstance(
+            link,
+            requests.ConnectTimeout
+            | NewConnectionError
+            | ConnectionRefusedError
+            | ssl.SSLCertVerificationError,
+        ):
             return NotSent(type(link).__name__, message)
     for link in _causes(exc):
         if isinstance(link, requests.ReadTimeout | ConnectionResetError | TimeoutError):

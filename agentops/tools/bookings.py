@@ -19,6 +19,7 @@ from journal.outcomes import Observation, Outcome, Reply
 class BookingTool(SchemaTool):
     """A bookings-API call: create by POST with our reference, or act on an object by id."""
 
+    evidence = ("id",)  # the provider's id for the hold or booking acted on
     collection: ClassVar[str]
     action: ClassVar[str] = ""  # "" creates; otherwise POST /{collection}/{id}/{action}
     id_arg: ClassVar[str] = ""

@@ -74,6 +74,7 @@ class SendEmail(SchemaTool):
     }
 
     irreversible = True  # a message read cannot be unread: sagas send it last
+    evidence = ("message",)  # the provider's id for the message it accepted
 
     def __init__(self) -> None:
         self.key_lifetime = timedelta(seconds=settings.MAIL_KEY_LIFETIME_SECONDS)

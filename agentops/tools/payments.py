@@ -113,6 +113,7 @@ class ChargeCustomer(SchemaTool):
         "required": ["invoice", "amount", "currency", "payment_method"],
         "additionalProperties": False,
     }
+    evidence = ("payment_intent", "charge")
     compensation = "refund_charge"
 
     def __init__(self) -> None:
@@ -153,7 +154,10 @@ class ChargeCustomer(SchemaTool):
             )
         except stripe.StripeError as exc:
             return observe_stripe(exc)
-        outcome = intent_outcome(intent.to_dict())
+        plain = intent.to_dict()
+        if not plain.get("id") or not plain.get("status"):
+            return Reply(200)  # a 200 that names no payment proves nothing: classify says so
+        outcome = intent_outcome(plain)
         if outcome.state == "done":
             return Reply(200, evidence=outcome.data["evidence"])
         if outcome.state == "not_done":
@@ -212,6 +216,8 @@ class RefundCharge(SchemaTool):
         "additionalProperties": False,
     }
 
+    evidence = ("refund",)
+
     def __init__(self) -> None:
         self.key_lifetime = timedelta(seconds=settings.STRIPE_KEY_LIFETIME_SECONDS)
 
@@ -240,7 +246,10 @@ class RefundCharge(SchemaTool):
             )
         except stripe.StripeError as exc:
             return observe_stripe(exc)
-        outcome = refund_outcome(refund.to_dict())
+        plain = refund.to_dict()
+        if not plain.get("id") or not plain.get("status"):
+            return Reply(200)  # a 200 that names no refund proves nothing: classify says so
+        outcome = refund_outcome(plain)
         if outcome.state == "done":
             return Reply(200, evidence=outcome.data["evidence"])
         if outcome.state == "not_done":

@@ -7,6 +7,7 @@ connection as the app's role, autocommit, raw SQL. The suite itself runs as that
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 
@@ -14,18 +15,28 @@ import psycopg
 import pytest
 from django.db import connection
 
+from agentops.customers.selectors import payment_of
 from agentops.dbroles import ALL, APP_COLUMNS
+from agentops.runner import task_start
 from journal.leases import lease_acquire
 from journal.models import Entry, Step, Task
 from journal.outcomes import Outcome
 from journal.record import step_record, task_create
 from journal.settle import step_settle
+from tests.agentops.test_business_effects import (  # noqa: F401 (world: a fixture)
+    charges_of,
+    renewal_refs,
+    run,
+    world,
+)
 from tests.databases import owner_connection
 from tests.journal.support import ChargeTool, Provider, charge, invoice
+from tests.sandbox.fixtures import SandboxHandle
 
 pytestmark = pytest.mark.usefixtures("committed")
 
 Refused = (psycopg.errors.InsufficientPrivilege, psycopg.errors.RaiseException)
+DECLINED = "pm_card_chargeDeclined"
 
 
 def _settled_step() -> Step:
@@ -188,3 +199,117 @@ def test_the_app_role_may_update_exactly_the_listed_columns(
         if columns.updatable and columns.frozen != ALL
     }
     assert granted == expected
+
+
+# --- Issue 15: what a foothold with these credentials tried, refused at business level ------
+
+
+def _paid_renewal(inv: str) -> tuple[Step, Step]:
+    """A renewal run for real against the sandbox: its done charge and its done receipt."""
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
+    assert run(task).stopped == "finished"
+    charge_step = Step.objects.get(task=task, tool="charge_customer")
+    receipt = Step.objects.get(task=task, tool="send_email")
+    assert (charge_step.state, receipt.state) == ("done", "done")
+    return charge_step, receipt
+
+
+@pytest.mark.usefixtures("committed", "world", "clean_faults")
+@pytest.mark.parametrize("as_owner", [False, True], ids=["app", "owner"])
+def test_an_undo_link_cannot_be_forged_to_pay_an_invoice_twice(
+    app_sql: psycopg.Connection[tuple[object, ...]],
+    payments_sandbox: SandboxHandle,
+    as_owner: bool,
+) -> None:
+    """The attack: point a done charge's ``offset_by`` at any other done step of its task
+    (the receipt), so the invoice looks refunded, then renew it again."""
+    inv = invoice()
+    paid, receipt = _paid_renewal(inv)
+    params = owner_connection().get_connection_params() if as_owner else None
+    with contextlib.ExitStack() as stack:
+        conn = (
+            stack.enter_context(psycopg.connect(**params, autocommit=True))
+            if params is not None
+            else app_sql
+        )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="recorded as its undo"):
+            conn.execute(
+                "UPDATE journal_step SET offset_by_id = %s WHERE id = %s", [receipt.pk, paid.pk]
+            )
+        # Nor a done undo of another step, nor of another task.
+        other, _ = _paid_renewal(invoice())
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(
+                "UPDATE journal_step SET offset_by_id = %s WHERE id = %s", [other.pk, paid.pk]
+            )
+    assert Step.objects.get(pk=paid.pk).offset_by_id is None
+    again = task_start(kind="renewal", goal="renew again", refs=renewal_refs(inv))
+    assert run(again).stopped == "finished"
+    refused = Step.objects.get(task=again, tool="charge_customer")
+    assert (refused.state, refused.refusal) == ("not_done", "already_done")
+    assert len(charges_of(payments_sandbox, inv)) == 1
+
+
+FORGED_STEPS = {
+    "done": ("done", "", '{"state": "done", "evidence": {"charge": "ch_FORGED"}}', "now()"),
+    "unknown": ("unknown", "", '{"reason": "timed out", "evidence": {"charge": "ch_X"}}', "NULL"),
+    "refusal with evidence": (
+        "not_done",
+        "in_flight",
+        '{"proof": "refused", "evidence": {"charge": "ch_FORGED"}}',
+        "now()",
+    ),
+    "refusal without its code": ("not_done", "", '{"proof": "declined"}', "now()"),
+    "pending with an outcome": ("pending", "", '{"evidence": {"charge": "ch_FORGED"}}', "NULL"),
+}
+
+
+@pytest.mark.usefixtures("committed", "world", "clean_faults")
+@pytest.mark.parametrize("forged", sorted(FORGED_STEPS))
+def test_a_step_is_never_born_settled(
+    app_sql: psycopg.Connection[tuple[object, ...]], forged: str
+) -> None:
+    """The attack: insert a charge step already ``done`` (with a receipt) for a task that
+    finished without paying; the customer's page would then say Paid."""
+    inv = invoice()
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv, payment_method=DECLINED))
+    assert run(task).stopped == "finished"
+    assert payment_of(invoice=inv) is not None
+    before = payment_of(invoice=inv)
+    assert before is not None and before.state == "not_done"
+    state, refusal, outcome, settled = FORGED_STEPS[forged]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="step ao:"):
+        app_sql.execute(
+            f"""
+            INSERT INTO journal_step (task_id, n, kind, tool, args, key, cost, guard, once,
+                retries, refusal, undo_tool, state, detail, outcome, attempts, lookups,
+                decision, created_at, settled_at)
+            SELECT id, step_count + 1, 'call', 'charge_customer', '{{}}'::jsonb,
+                   'ao:' || id || ':' || (step_count + 1), 'full', NULL, false, 0, %s, '',
+                   %s, 'forged', %s::jsonb, 0, 0, '{{}}'::jsonb, now(), {settled}
+              FROM journal_task WHERE id = %s
+            """,  # noqa: S608
+            [refusal, state, outcome, task.pk],
+        )
+    assert payment_of(invoice=inv) == before
+
+
+@pytest.mark.usefixtures("committed", "world", "clean_faults")
+def test_a_finish_step_is_written_only_as_its_task_ends(
+    app_sql: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    task = task_create(kind="renewal", goal="renew", refs=renewal_refs(invoice()))
+    for tool, args in (("", "{}"), ("charge_customer", '{"amount": 4900}')):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="finish step"):
+            app_sql.execute(
+                """
+                INSERT INTO journal_step (task_id, n, kind, tool, args, key, cost, once,
+                    retries, refusal, undo_tool, state, detail, outcome, attempts, lookups,
+                    decision, created_at, settled_at)
+                VALUES (%s, 1, 'finish', %s, %s::jsonb, 'ao:' || %s || ':1', '', false, 0, '',
+                        '', 'done', 'paid', '{"evidence": {"charge": "ch_FORGED"}}', 0, 0,
+                        '{}', now(), now())
+                """,
+                [task.pk, tool, args, str(task.pk)],
+            )
+    assert not Step.objects.filter(task=task).exists()

@@ -140,7 +140,7 @@ def test_the_six_second_charge_end_to_end(
     assert receipt.tool == "send_email" and receipt.args["subject"].startswith("Receipt")
 
 
-def test_a_second_charge_for_the_invoice_while_the_first_is_unknown_is_refused(
+def test_a_second_charge_while_the_first_is_unknown_waits_for_it_and_is_told_what_it_did(
     fleet: Fleet, payments_sandbox: SandboxHandle, mail_sandbox: SandboxHandle
 ) -> None:
     payments_sandbox.client.fault("payment_intents.create", "latency_before_effect", delay=3.0)
@@ -154,14 +154,21 @@ def test_a_second_charge_for_the_invoice_while_the_first_is_unknown_is_refused(
     )
     second = finished(renewal(invoice=inv))
     refused = Step.objects.get(task=second, n=1)
-    assert refused.state == "not_done"
+    assert (refused.state, refused.refusal) == ("not_done", "in_flight")
     text = task_facts(task=second).steps[0].result_text()
     assert f"refused: another charge_customer on {inv} is in flight or unknown" in text
-    finish = Step.objects.get(task=second, kind="finish")
-    assert "another charge for" in finish.outcome["planner_summary"]
-    assert finish.detail.startswith("1 refused. Refused: charge_customer for")
-    assert payments_sandbox.client.ledger(key=refused.key) == []
+    # It waited for the first charge to settle, then was told what became of it.
     first = finished(first)
+    paid = Step.objects.get(task=first, tool="charge_customer")
+    told = Step.objects.get(task=second, n=2)
+    assert (told.state, told.refusal) == ("not_done", "already_done")
+    assert f"charge {paid.evidence['charge']}" in told.detail
+    finish = Step.objects.get(task=second, kind="finish")
+    assert "already paid" in finish.outcome["planner_summary"]
+    # The summary tells the outcome, not the wait: the retry stands for the first refusal.
+    assert finish.detail.startswith(f"1 refused. Refused: charge_customer for {inv} — already")
+    assert payments_sandbox.client.ledger(key=refused.key) == []
+    assert payments_sandbox.client.ledger(key=told.key) == []
     assert effects(first, payments_sandbox, mail_sandbox) == {"charge_customer": 1, "send_email": 1}
 
 

@@ -100,6 +100,7 @@ class ChargeTool:
     once_per_object: bool = False
     compensation: str | None = None
     irreversible: bool = False
+    evidence: tuple[str, ...] = ("id",)
 
     def validate(self, args: Mapping[str, Any]) -> list[str]:
         problems = []

@@ -61,7 +61,7 @@ def test_two_concurrent_charges_for_one_invoice_from_two_connections_record_one(
     assert Entry.objects.filter(step=refused, kind=EntryKind.GUARD_REFUSED).count() == 1
 
 
-def test_a_second_charge_while_the_first_is_unknown_is_refused_and_the_model_told_why() -> None:
+def test_a_second_charge_while_the_first_is_unknown_is_refused_and_waits_for_it() -> None:
     inv = invoice()
     first_tool = ChargeTool(Provider(), script=["timeout_after"])
     first = task_create(kind="renewal", goal="charge")
@@ -84,8 +84,14 @@ def test_a_second_charge_while_the_first_is_unknown_is_refused_and_the_model_tol
     text = task_facts(task=Task.objects.get(pk=second.pk)).steps[0].result_text()
     assert "refused: another charge on " + inv + " is in flight or unknown" in text
     assert Step.objects.get(task=first, n=1).key in text
-    # The refusal is a decision made, not an error to retry: the planner went on to finish.
-    assert Task.objects.get(pk=second.pk).status == "finished"
+    # Not "never", but "not until the first is resolved": it waits for the first charge's
+    # next lookup, without asking the planner anything more.
+    waits = Task.objects.get(pk=second.pk)
+    assert waits.status == "waiting"
+    assert waits.wake_at is not None
+    next_check_at = Step.objects.get(task=first, n=1).next_check_at
+    assert next_check_at is not None and waits.wake_at >= next_check_at
+    assert len(planner.asked) == 1
 
 
 def test_once_the_first_settles_another_effect_on_the_object_may_start() -> None:

@@ -213,9 +213,14 @@ class JournalMachine(RuleBasedStateMachine):
                 if step.next_check_at is not None:
                     assert task.wake_at <= step.next_check_at, f"{task.pk} sleeps past {step.key}"
             if not open_steps.exists():
-                # Only a harness retry of a passing failure waits with nothing open.
+                # Only a harness retry of a passing failure waits with nothing open, or a
+                # task whose step met another task's live effect on the same object.
                 last = Step.objects.filter(task=task, kind="call").order_by("-n").first()
                 assert last is not None and last.state == "not_done", f"{task.pk} stranded"
+                if last.refusal == "in_flight":
+                    holder = Step.objects.get(key=last.outcome["refused_by"])
+                    assert holder.task_id != task.pk
+                    continue
                 assert last.outcome.get("transient"), f"{task.pk} waits for nothing"
 
     @invariant()

@@ -70,3 +70,49 @@ def test_timeouts_resets_and_anything_else_are_unknown(error: str) -> None:
     assert outcome.state == StepState.UNKNOWN
     assert outcome.data["error_class"] == error
     assert "failed" not in outcome.detail
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "ours"),
+    [
+        (401, "authentication_error", True),
+        (403, "", True),
+        (421, "misdirected_request", True),
+        (404, "", True),  # the endpoint itself is not there: a wrong address
+        (404, "resource_missing", False),  # an object the request names is not there
+        (402, "card_declined", False),
+        (400, "parameter_invalid", False),
+    ],
+)
+def test_a_refusal_of_us_is_told_apart_from_a_refusal_of_the_action(
+    status: int, code: str, ours: bool
+) -> None:
+    outcome = classify(Reply(status, code=code), earlier_attempt=False)
+    assert outcome.state == StepState.NOT_DONE
+    assert bool(outcome.data.get("misconfigured")) is ours
+
+
+@pytest.mark.parametrize(
+    "evidence", [{}, {"id": None}, {"id": ""}, {"other": "x"}, {"data": [1, 2]}]
+)
+def test_2xx_without_the_evidence_the_tool_names_is_unknown(evidence: dict[str, object]) -> None:
+    outcome = classify(Reply(200, evidence=evidence), earlier_attempt=False, evidence=("id",))
+    assert outcome.state == StepState.UNKNOWN
+    assert outcome.data["missing"] == ["id"]
+    assert classify(
+        Reply(200, evidence={"id": "x"}), earlier_attempt=False, evidence=("id",)
+    ).state == (StepState.DONE)
+
+
+@pytest.mark.parametrize(
+    ("error", "ours"),
+    [
+        ("NameResolutionError", True),
+        ("SSLCertVerificationError", True),
+        ("ConnectionRefusedError", False),
+    ],
+)
+def test_a_request_never_sent_for_a_lasting_reason_is_marked_ours(error: str, ours: bool) -> None:
+    outcome = classify(NotSent(error), earlier_attempt=False)
+    assert outcome.state == StepState.NOT_DONE and outcome.data["transient"] is True
+    assert bool(outcome.data.get("misconfigured")) is ours

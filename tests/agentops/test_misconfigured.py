@@ -1,0 +1,153 @@
+"""Refused by the provider is not refused by the business (issue 15).
+
+A wrong or revoked key (401), a request that reached a server that is not the provider's
+(421), a wrong address (404 from the endpoint itself) or a name that never resolves is our
+side being misconfigured. Before, 13 of 30 renewals behind a misdirected address finished
+"charge not done" with a payment-failed email, no money taken, and nobody told. Now the
+step is ``not_done`` (nothing happened) and the task goes to a person with its own code;
+resumed after the fix, it charges — once.
+
+And a runner that cannot even be built (an unknown ``PLANNER``) is refused by ``manage.py
+check``, and at run time hands its task to a person as a counted failed run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from agentops.customers.selectors import PaymentState, payment_of
+from agentops.runner import task_resume, task_run, task_start
+from journal.models import Step, Task
+from journal.policy import Policy
+from tests.agentops.test_business_effects import charges_of, renewal_refs, run
+from tests.agentops.workers import quiet_world
+from tests.journal.support import invoice
+from tests.sandbox.fixtures import SandboxHandle
+
+pytestmark = pytest.mark.usefixtures("committed", "clean_faults")
+
+POLICY = Policy(lookup_schedule=(0.0, 0.0), transient_retry_delays=(0.0, 0.0), max_steps=10)
+
+
+@pytest.fixture
+def world(committed: None, on_sandbox: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    redis = quiet_world()
+    with override_settings(**on_sandbox, TOOL_TIMEOUT_SECONDS=1.0, PLANNER="scripted"):
+        yield on_sandbox
+    redis.flushdb()
+
+
+Breakage = Callable[[dict[str, Any], SandboxHandle], AbstractContextManager[None]]
+
+
+@contextmanager
+def revoked_key(sandbox: dict[str, Any], payments: SandboxHandle) -> Iterator[None]:
+    with override_settings(STRIPE_API_KEY="sk_live_revoked_long_ago"):
+        yield
+
+
+@contextmanager
+def misdirected(sandbox: dict[str, Any], payments: SandboxHandle) -> Iterator[None]:
+    payments.client.fault("payment_intents.create", "misdirected", times=None)
+    yield
+    payments.client.clear_faults()
+
+
+@contextmanager
+def wrong_path(sandbox: dict[str, Any], payments: SandboxHandle) -> Iterator[None]:
+    with override_settings(STRIPE_API_BASE=sandbox["STRIPE_API_BASE"] + "/stripe"):
+        yield
+
+
+@contextmanager
+def unresolvable(sandbox: dict[str, Any], payments: SandboxHandle) -> Iterator[None]:
+    with override_settings(STRIPE_API_BASE="http://payments.agentops.invalid"):
+        yield
+
+
+BREAKAGES: dict[str, tuple[Breakage, str]] = {
+    "401 revoked key": (revoked_key, "HTTP 401"),
+    "421 misdirected": (misdirected, "HTTP 421 misdirected_request"),
+    "404 wrong path": (wrong_path, "HTTP 404"),
+    "name never resolves": (unresolvable, "never sent"),
+}
+
+
+@pytest.mark.parametrize("breakage", sorted(BREAKAGES))
+def test_a_provider_refusing_us_hands_the_task_to_a_person_and_the_fix_charges_once(
+    world: dict[str, Any],
+    payments_sandbox: SandboxHandle,
+    mail_sandbox: SandboxHandle,
+    breakage: str,
+) -> None:
+    broken, said = BREAKAGES[breakage]
+    inv = invoice()
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
+    with broken(world, payments_sandbox):
+        assert run(task, policy=POLICY).stopped == "needs_human"
+    flagged = Task.objects.get(pk=task.pk)
+    assert flagged.attention_code == "misconfigured"
+    assert said in flagged.attention and "resume" in flagged.attention
+    charges = list(Step.objects.filter(task=task, tool="charge_customer").order_by("n"))
+    assert charges and all(c.state == "not_done" for c in charges)
+    assert all(c.outcome.get("misconfigured") for c in charges)
+    # Not the business's answer: no "payment failed" email, and the customer is told to wait.
+    assert not Step.objects.filter(task=task, tool="send_email").exists()
+    customer = payment_of(invoice=inv)
+    assert customer is not None and customer.state == PaymentState.UNKNOWN
+    assert charges_of(payments_sandbox, inv) == []
+
+    # Fixed; a person resumes it, and the same charge is made, once.
+    assert task_resume(task_id=task.pk, actor="ops", reason="key rotated") == "runnable"
+    assert run(task, policy=POLICY).stopped == "finished"
+    paid = Step.objects.filter(task=task, tool="charge_customer").latest("n")
+    assert paid.state == "done" and paid.decision["harness"] == "after_fix"
+    assert paid.args == charges[0].args
+    assert [c["status"] for c in charges_of(payments_sandbox, inv)] == ["succeeded"]
+    receipt = Step.objects.get(task=task, tool="send_email")
+    assert receipt.args["purpose"] == "receipt" and receipt.state == "done"
+
+
+def test_a_declined_card_still_finishes_as_the_business_said(
+    world: dict[str, Any], payments_sandbox: SandboxHandle
+) -> None:
+    task = task_start(
+        kind="renewal",
+        goal="renew",
+        refs=renewal_refs(invoice(), payment_method="pm_card_chargeDeclined"),
+    )
+    assert run(task, policy=POLICY).stopped == "finished"
+    declined = Step.objects.get(task=task, tool="charge_customer")
+    assert declined.state == "not_done" and not declined.outcome.get("misconfigured")
+    notice = Step.objects.get(task=task, tool="send_email")
+    assert notice.args["purpose"] == "payment_failed"
+
+
+@override_settings(TOOL_TIMEOUT_SECONDS=1.0)  # what the lease check wants of the test settings
+def test_an_unknown_planner_is_refused_at_start_up() -> None:
+    with override_settings(PLANNER="nope"), pytest.raises(SystemCheckError, match="PLANNER='nope'"):
+        call_command("check")
+    call_command("check")  # and the configured one passes
+
+
+def test_an_unbuildable_runner_hands_the_task_to_a_person_as_one_failed_run(
+    world: dict[str, Any],
+) -> None:
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(invoice()))
+    with override_settings(PLANNER="nope"):
+        assert task_run(task_id=task.pk).stopped == "needs_human"
+    flagged = Task.objects.get(pk=task.pk)
+    assert flagged.status == "needs_human" and flagged.attention_code == "misconfigured"
+    assert "PLANNER 'nope'" in flagged.attention or "'nope'" in flagged.attention
+    assert flagged.failed_runs == 1
+    assert not Step.objects.filter(task=task).exists()
+    # Fixed and resumed: it runs.
+    task_resume(task_id=task.pk, actor="ops", reason="PLANNER fixed")
+    assert task_run(task_id=task.pk).stopped == "finished"
