@@ -44,8 +44,10 @@ VAR = REPO / "var"
 MANAGE = REPO / "manage.py"
 
 HOST = "127.0.0.1"
-# When run as root: the existing unprivileged user the servers run as (AGENTOPS_SERVER_USER).
+# When run as root: the existing unprivileged users PostgreSQL, Redis and the sandboxes run
+# as (AGENTOPS_SERVER_USER), and the app as (AGENTOPS_APP_USER); Debian always has both.
 DEFAULT_SERVER_USER = "nobody"
+DEFAULT_APP_USER = "www-data"
 # The embedded PostgreSQL's roles (Postgres below); agentops/dbroles.py says what the app
 # role may do.
 SUPERUSER = "postgres"
@@ -327,14 +329,22 @@ def _secret(path: Path, *, prefix: str = "", nbytes: int = 32) -> str:
 
 @dataclass(frozen=True)
 class RunAs:
-    """The identity PostgreSQL, Redis and the app's processes run as: ourselves, or, when
-    we are root, an existing unprivileged user (PostgreSQL refuses to run as root, and none
-    of them needs root's powers). Only the launcher stays root, to start and stop them."""
+    """An identity the processes we start run as: ourselves, or, when we are root, an
+    existing unprivileged user (PostgreSQL refuses to run as root, and none of them needs
+    root's powers). Only the launcher stays root, to start and stop them.
+
+    Two users, never one: the servers' (PostgreSQL, Redis, the sandboxes) and the app's
+    (gunicorn, the worker, the sweeper, manage.py). Code running in the app could otherwise
+    read the servers' environments (/proc/PID/environ) and write PostgreSQL's files, getting
+    round every rule the database holds the app's role to.
+    """
 
     uid: int | None = None
     gid: int | None = None
     name: str = ""
     home: str = ""
+    setting: str = ""  # the variable that names the user
+    runs: str = ""  # what runs as it, for messages
 
     @property
     def extra_groups(self) -> list[int] | None:
@@ -362,23 +372,58 @@ class RunAs:
                     os.chown(entry, self.uid, self.gid, follow_symlinks=False)
 
 
-def _server_identity() -> RunAs:
-    if os.geteuid() != 0:
-        return RunAs()
+def _existing_user(setting: str, default: str, runs: str) -> RunAs:
+    """The unprivileged user `setting` names (else `default`), which must exist already."""
     import pwd
 
-    name = os.environ.get("AGENTOPS_SERVER_USER", "").strip() or DEFAULT_SERVER_USER
+    name = os.environ.get(setting, "").strip() or default
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
         raise StackError(
-            f"running as root: PostgreSQL refuses to run as root, and the user {name!r} to run "
-            "it as does not exist. Set AGENTOPS_SERVER_USER to an existing unprivileged user, "
-            "or run as an ordinary user. (Nothing is created or changed outside var/.)"
+            f"running as root, we run {runs} as an unprivileged user, and {setting}={name!r} "
+            f"does not exist. Set {setting} to an existing unprivileged user, or run as an "
+            "ordinary user. (Nothing is created or changed outside var/.)"
         ) from None
-    if entry.pw_uid == 0:
-        raise StackError(f"AGENTOPS_SERVER_USER={name!r} is root; name an unprivileged user")
-    return RunAs(uid=entry.pw_uid, gid=entry.pw_gid, name=name, home=entry.pw_dir)
+    if entry.pw_uid == 0 or entry.pw_gid == 0:
+        raise StackError(
+            f"{setting}={name!r} is root or in root's group; name an unprivileged user"
+        )
+    return RunAs(
+        uid=entry.pw_uid,
+        gid=entry.pw_gid,
+        name=name,
+        home=entry.pw_dir,
+        setting=setting,
+        runs=runs,
+    )
+
+
+def _server_identity() -> RunAs:
+    """Who runs PostgreSQL, Redis and the sandbox providers."""
+    if os.geteuid() != 0:
+        return RunAs()
+    return _existing_user(
+        "AGENTOPS_SERVER_USER", DEFAULT_SERVER_USER, "PostgreSQL, Redis and the sandboxes"
+    )
+
+
+def _app_identity(servers: RunAs) -> RunAs:
+    """Who runs the app: gunicorn, the worker, the sweeper and manage.py. Not `servers`."""
+    if servers.uid is None:
+        return RunAs()
+    app = _existing_user(
+        "AGENTOPS_APP_USER",
+        DEFAULT_APP_USER,
+        "the app (gunicorn, the worker, the sweeper, manage.py)",
+    )
+    if app.uid == servers.uid:
+        raise StackError(
+            f"AGENTOPS_APP_USER={app.name!r} is the user PostgreSQL and Redis run as "
+            f"(AGENTOPS_SERVER_USER={servers.name!r}): code running in the app could then read "
+            "their environments and write PostgreSQL's files. Name two different users"
+        )
+    return app
 
 
 def _blocked_for(run_as: RunAs, path: Path) -> Path | None:
@@ -405,12 +450,11 @@ def _check_reachable(run_as: RunAs, what: str, path: Path) -> None:
     blocked = _blocked_for(run_as, path)
     if blocked is not None:
         raise StackError(
-            f"running as root, the servers and the app run as the unprivileged user "
-            f"{run_as.name!r}, "
-            f"which cannot reach {what} ({path}): {blocked} is closed to other users. We do "
-            "not change permissions outside the project: move the checkout somewhere others "
-            "may pass through (e.g. /srv or /opt), run as an ordinary user, or set "
-            "AGENTOPS_SERVER_USER to a user that can reach it"
+            f"running as root, we run {run_as.runs} as the unprivileged user {run_as.name!r} "
+            f"({run_as.setting}), which cannot reach {what} ({path}): {blocked} is closed to "
+            "other users. We do not change permissions outside the project: move the checkout "
+            "somewhere others may pass through (e.g. /srv or /opt), run as an ordinary user, "
+            f"or set {run_as.setting} to a user that can reach it"
         )
 
 
@@ -484,16 +528,18 @@ print(json.dumps({
 
 
 def _app_python(
-    run_as: RunAs, cleanup: contextlib.ExitStack, python: str = sys.executable
+    users: Sequence[RunAs], cleanup: contextlib.ExitStack, python: str = sys.executable
 ) -> tuple[str, dict[str, str]]:
-    """The Python the app's processes run with as `run_as`, and what their environment needs.
+    """The Python our processes run with as each of `users` (the app's, and the sandboxes'
+    as the servers' user), and what their environment needs.
 
-    `python` itself, when `run_as` can reach it. A Python installed under a directory closed
-    to others (pyenv's, in /root) it cannot: then, as for throwaway servers
-    (_throwaway_runtime), its interpreter and standard library are linked into a private
-    directory of ours under the system's temporary directory, made a virtual environment
-    over `python`'s packages, and removed when we stop. The checkout and the packages must be
-    reachable themselves: we do not open up directories outside var/.
+    `python` itself, when they can reach it. A Python installed under a directory closed
+    to others (pyenv's, in /root) they cannot: then, as for throwaway servers
+    (_throwaway_runtime), its interpreter and standard library are linked into a directory
+    of ours under the system's temporary directory that any user may read but only we
+    write, made a virtual environment over `python`'s packages, and removed when we stop.
+    The checkout and the packages must be reachable themselves: we do not open up
+    directories outside var/.
     """
     found = subprocess.run(
         [python, "-c", _PYTHON_LAYOUT], capture_output=True, text=True, check=False
@@ -501,19 +547,21 @@ def _app_python(
     if found.returncode != 0:
         raise StackError(f"cannot run {python}:\n{found.stderr.strip()}")
     layout = json.loads(found.stdout)
-    _check_reachable(run_as, "the app", MANAGE)
-    for packages in layout["packages"]:
-        _check_reachable(run_as, "the app's Python packages", Path(packages) / "x")
+    for run_as in users:
+        _check_reachable(run_as, "the checkout", MANAGE)
+        for packages in layout["packages"]:
+            _check_reachable(run_as, "the app's Python packages", Path(packages) / "x")
     executable = Path(layout["executable"]).resolve()
     stdlib = Path(layout["stdlib"])
     libpython = Path(layout["libdir"], layout["libpython"]) if layout["libpython"] else None
     needed = [executable, stdlib / "os.py", *([libpython] if libpython else [])]
-    if not any(_blocked_for(run_as, path) for path in needed):
+    closed_to = [u.name for u in users if any(_blocked_for(u, path) for path in needed)]
+    if not closed_to:
         return python, {}
     root = Path(tempfile.mkdtemp(prefix=f"agentops-python-{os.getpid()}-"))
     _OWN_ROOTS.append(root)
     cleanup.callback(shutil.rmtree, root, ignore_errors=True)
-    log(f"{executable} is closed to {run_as.name!r}: the app runs it from {root}")
+    log(f"{executable} is closed to {' and '.join(map(repr, closed_to))}: they run it from {root}")
     base = root / "base"
     (base / "bin").mkdir(parents=True)
     _link_or_copy(str(executable), str(base / "bin" / stdlib.name))
@@ -1246,8 +1294,9 @@ SANDBOXES = (
 )
 
 
-# What a sandbox process inherits from our environment: the basics, who it runs as
-# (RunAs.environment), and where a linked Python's library is (_app_python).
+# What a sandbox process inherits from our environment: the basics, who it runs as (when we
+# are root, RunAs.environment replaces these), and where a linked Python's library is
+# (_app_python).
 SANDBOX_ENVIRONMENT = frozenset(
     {"PATH", "LANG", "LC_ALL", "TZ", "PYTHONUNBUFFERED", "VIRTUAL_ENV"}
     | {"HOME", "USER", "LOGNAME", "LD_LIBRARY_PATH"}
@@ -1261,7 +1310,12 @@ def _start_sandboxes(
     python: str,
     run_as: RunAs,
 ) -> list[tuple[str, subprocess.Popen[bytes]]]:
-    """Start each sandbox provider the user did not replace, and point the app at it."""
+    """Start each sandbox provider the user did not replace, and point the app at it.
+
+    They stand in for the outside world, so they run as `run_as`, the servers' user, not the
+    app's: code running in the app reaches a provider over HTTP, as it would Stripe, and can
+    neither trace it nor write its memory (its ledger).
+    """
     started: list[tuple[str, subprocess.Popen[bytes]]] = []
     for name, module, port_var, default_port, configured in SANDBOXES:
         if env.get(configured):
@@ -1275,6 +1329,7 @@ def _start_sandboxes(
         # A stand-in for a third party gets nothing of ours but what it needs: no database
         # or Redis credentials, no secret key.
         sandbox_env = {k: v for k, v in env.items() if k in SANDBOX_ENVIRONMENT}
+        sandbox_env.update(run_as.environment())
         if name == "payments":
             # Signed with a secret made for this run: the sandbox and the app both get it,
             # through their environments.
@@ -1377,20 +1432,23 @@ def cmd_run() -> int:
         _stop_leftover_app("web", argv_has="agentops.gunicorn_conf")
         for name in ("worker", "sweeper"):
             _stop_leftover_app(name)
-        run_as = _server_identity()
+        servers = _server_identity()
+        app = _app_identity(servers)
         # Other users may pass through var/ (not list it) only when the servers run as one.
-        _private_dir(VAR, traversable=run_as.uid is not None)
+        _private_dir(VAR, traversable=servers.uid is not None)
         _sweep_abandoned_test_dirs()
+        # The launcher's alone: the app and the servers can open none of them.
         for private in ("log", "run", "secrets"):
             _private_dir(VAR / private)
-        # Written by collectstatic and read by the web server, which run as `run_as`. The
-        # other children need nothing of var/: secrets reach them through the environment.
+        # Written by collectstatic and read by the web server, which run as `app`: the one
+        # thing in var/ the app may touch. The servers' var/pg and var/redis are theirs only;
+        # secrets reach the app through its environment.
         static = _private_dir(VAR / "staticfiles")
-        run_as.own(static)
+        app.own(static)
         env.setdefault("DJANGO_STATIC_ROOT", str(static))
-        python, python_env = _app_python(run_as, cleanup)
+        python, python_env = _app_python([app, servers], cleanup)
         env.update(python_env)
-        env.update(run_as.environment())
+        env.update(app.environment())
         if not env.get("DJANGO_SECRET_KEY"):
             # Made once and kept, so sessions survive a restart.
             env["DJANGO_SECRET_KEY"] = _secret(VAR / "secrets" / "django-secret-key", nbytes=50)
@@ -1425,12 +1483,14 @@ def cmd_run() -> int:
             env["REDIS_URL"] = redis.url
 
         _require_free_port(web_port, "AGENTOPS_WEB_PORT")
-        watched += _start_sandboxes(env, web_port, cleanup, python, run_as)
+        watched += _start_sandboxes(env, web_port, cleanup, python, servers)
         # Only migrate runs as the owner of the tables; everything after runs as the app role.
-        _manage(["migrate", "--noinput"], env, python, run_as)
+        # It holds the owner's credentials, so it runs before gunicorn, the worker and the
+        # sweeper, which share its user and so could read its environment.
+        _manage(["migrate", "--noinput"], env, python, app)
         env.pop("DATABASE_OWNER_URL", None)
-        _manage(["demo_seed"], env, python, run_as)
-        _manage(["collectstatic", "--noinput", "--verbosity", "0"], env, python, run_as)
+        _manage(["demo_seed"], env, python, app)
+        _manage(["collectstatic", "--noinput", "--verbosity", "0"], env, python, app)
         manage = str(MANAGE)
         # A production WSGI server (settings in agentops/gunicorn_conf.py); WhiteNoise, in
         # the app, serves the static files.
@@ -1447,7 +1507,7 @@ def cmd_run() -> int:
             ],
             env,
             stop_timeout=STOP_TIMEOUT,
-            run_as=run_as,
+            run_as=app,
         )
         cleanup.callback(web.stop)
         web_proc = web.start()
@@ -1464,12 +1524,12 @@ def cmd_run() -> int:
             ],
             env,
             stop_timeout=WORKER_STOP_TIMEOUT,
-            run_as=run_as,
+            run_as=app,
         )
         cleanup.callback(worker.stop)
         # The sweeper rings for tasks the journal says are runnable and nobody runs.
         sweeper = Child(
-            "sweeper", [python, manage, "sweep"], env, stop_timeout=STOP_TIMEOUT, run_as=run_as
+            "sweeper", [python, manage, "sweep"], env, stop_timeout=STOP_TIMEOUT, run_as=app
         )
         cleanup.callback(sweeper.stop)
         worker.start()
@@ -1725,7 +1785,7 @@ def cmd_test(cmd: Sequence[str], *, mode: str = "test") -> int:
 
 def cmd_manage(args: Sequence[str]) -> int:
     """manage.py ARGS against the servers `make run` started, as the app's role, and (when
-    we are root) as the user the app runs as.
+    we are root) as the app's user (AGENTOPS_APP_USER).
 
     The credentials come from var/secrets (owner-only), through the environment.
     """
@@ -1755,14 +1815,14 @@ def cmd_manage(args: Sequence[str]) -> int:
     python = str(venv_python) if venv_python.exists() else sys.executable
     with contextlib.ExitStack() as cleanup:
         try:
-            run_as = _server_identity()
-            python, python_env = _app_python(run_as, cleanup, python)
+            app = _app_identity(_server_identity())
+            python, python_env = _app_python([app], cleanup, python)
         except StackError as error:
             log(f"error: {error}")
             return 1
         env.update(python_env)
-        env.update(run_as.environment())
-        return _run_foreground([python, str(MANAGE), *args], env, run_as)
+        env.update(app.environment())
+        return _run_foreground([python, str(MANAGE), *args], env, app)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

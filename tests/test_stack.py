@@ -7,6 +7,7 @@ them, with this pytest as its child), and on the helpers that write secrets.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import os
 import queue
@@ -162,7 +163,8 @@ stack._OWN_ROOTS[:] = [stack.VAR]
 sys.exit(stack.main(["run"]))
 """
 
-# What `make run` starts, by a mark on each process's command line or name.
+# What `make run` starts, by a mark on each process's command line or name (a process's
+# children, as gunicorn's workers and RQ's scheduler, share its command line).
 _RUN_PROCESSES: dict[str, Callable[[str, str], bool]] = {
     "postgres": lambda name, argv: name == "postgres",
     "redis": lambda name, argv: name == "redis-server",
@@ -173,11 +175,17 @@ _RUN_PROCESSES: dict[str, Callable[[str, str], bool]] = {
     "mail sandbox": lambda name, argv: "sandbox.mail" in argv,
     "bookings sandbox": lambda name, argv: "sandbox.bookings" in argv,
 }
+# Those that run as the app's user (AGENTOPS_APP_USER); the others (the servers and the
+# sandboxes, which stand in for the outside world) as the servers' (AGENTOPS_SERVER_USER).
+_APP_PROCESSES = {"web", "worker", "sweeper"}
+# gunicorn's workers in the run below (WEB_CONCURRENCY).
+_WEB_WORKERS = 2
 
 
 @dataclass(frozen=True)
 class _Process:
     pid: int
+    parent: int
     started: int  # in clock ticks after boot: with the pid, it names one process
     name: str
     argv: str
@@ -208,13 +216,14 @@ def _descendants(ancestor: int) -> list[_Process]:
                 line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
             )
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-            started = int(_stat(pid)[19])
+            fields = _stat(pid)
         except OSError:
             continue
         processes.append(
             _Process(
                 pid=pid,
-                started=started,
+                parent=int(fields[1]),
+                started=int(fields[19]),
                 name=status["Name"].strip(),
                 argv=argv.decode(errors="replace").strip(),
                 uids=tuple(int(n) for n in status["Uid"].split()),
@@ -239,25 +248,122 @@ def _env_for_a_run_of_its_own(stack: ModuleType) -> dict[str, str]:
     env = {
         name: value
         for name, value in os.environ.items()
-        if name == "AGENTOPS_SERVER_USER"
+        if name in {"AGENTOPS_SERVER_USER", "AGENTOPS_APP_USER"}
         or not name.startswith(("AGENTOPS_", "DJANGO_", "DATABASE_", "REDIS_", "STRIPE_", "PG"))
         and name not in {"MAIL_API_BASE", "BOOKINGS_API_BASE"}
     }
     for server in ("WEB", "PG", "REDIS", *(f"SANDBOX_{n.upper()}" for n, *_ in stack.SANDBOXES)):
         env[f"AGENTOPS_{server}_PORT"] = str(stack._free_port())
+    env["WEB_CONCURRENCY"] = str(_WEB_WORKERS)
     return env
+
+
+def _kinds(processes: list[_Process]) -> dict[str, list[_Process]]:
+    """`processes` by what `make run` started them as (_RUN_PROCESSES)."""
+    return {
+        what: [p for p in processes if mark(p.name, p.argv)]
+        for what, mark in _RUN_PROCESSES.items()
+    }
+
+
+def _children(processes: list[_Process], parents: list[_Process]) -> list[_Process]:
+    pids = {p.pid for p in parents}
+    return [p for p in processes if p.parent in pids]
+
+
+def _all_started(launcher: int, deadline: float) -> list[_Process]:
+    """The processes below `launcher` once each of _RUN_PROCESSES runs, gunicorn with its
+    workers and the RQ worker with its scheduler (they start after the app says it is up)."""
+    while True:
+        below = _descendants(launcher)
+        kinds = _kinds(below)
+        if (
+            all(kinds.values())
+            and len(_children(kinds["web"], kinds["web"])) >= _WEB_WORKERS
+            and _children(kinds["worker"], kinds["worker"])
+        ):
+            return below
+        if time.monotonic() > deadline:
+            shown = "\n".join(f"{p.pid} {p.parent} {p.argv[:100]}" for p in below)
+            pytest.fail(f"not everything was running within the deadline:\n{shown}")
+        time.sleep(0.05)
+
+
+def _opened_as(uid: int, gid: int, paths: list[tuple[Path, int]]) -> list[str]:
+    """What opening each (path, flags) gives a process of user `uid` (group `gid`, no other):
+    "ok" or the error's name. Tried in a forked child that drops root for that user."""
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest, no Python-level locks, only system calls
+        code = 1
+        try:
+            os.close(reading)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            answers = []
+            for path, flags in paths:
+                try:
+                    os.close(os.open(path, flags))
+                    answers.append("ok")
+                except OSError as error:
+                    answers.append(errno.errorcode.get(error.errno or 0, str(error.errno)))
+            os.write(writing, "\n".join(answers).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(writing)
+    with os.fdopen(reading, "rb") as answer:
+        said = answer.read().decode()
+    assert os.waitpid(pid, 0)[1] == 0, "the child could not become that user"
+    return said.split("\n")
+
+
+def test_the_app_runs_as_an_unprivileged_user_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Launched as root, the app's user is neither root nor the servers' user, and exists."""
+    import pwd
+
+    stack = _stack()
+    monkeypatch.setattr(stack.os, "geteuid", lambda: 0)
+    monkeypatch.setenv("AGENTOPS_SERVER_USER", "nobody")
+    monkeypatch.delenv("AGENTOPS_APP_USER", raising=False)
+    try:
+        pwd.getpwnam("nobody")
+        pwd.getpwnam(stack.DEFAULT_APP_USER)
+    except KeyError:
+        pytest.skip(f"this machine lacks Debian's users nobody and {stack.DEFAULT_APP_USER}")
+    servers = stack._server_identity()
+    app = stack._app_identity(servers)
+    assert app.name == stack.DEFAULT_APP_USER
+    assert app.uid not in {0, servers.uid}
+    for name, refusal in [
+        ("nobody", "is the user PostgreSQL and Redis run as"),
+        ("root", "is root"),
+        ("agentops-no-such-user", "does not exist"),
+    ]:
+        monkeypatch.setenv("AGENTOPS_APP_USER", name)
+        with pytest.raises(stack.StackError, match=refusal):
+            stack._app_identity(servers)
 
 
 def test_launched_as_root_nothing_the_launcher_starts_runs_as_root(tmp_path: Path) -> None:
     """`stack.py run`, with its var/ elsewhere and ports of its own: once the app is up, no
-    process below the launcher has root's user or group, real, effective or saved. (Run as
-    another user that holds trivially; the run is still checked to come up and stop.) The
-    static files show that collectstatic, started like migrate and the seed, did not run as
-    root either. From a checkout the unprivileged user cannot reach, `run` must refuse."""
+    process below the launcher has root's user or group, real, effective or saved. The app
+    (gunicorn's master and workers, the RQ worker and its scheduler, the sweeper) runs as
+    the app's user; PostgreSQL, Redis and the sandboxes as the servers', another one; and
+    the app's user can open neither the servers' data nor their environments, nor the
+    secrets and logs. (Run as another user all of that holds trivially; the run is still
+    checked to come up and stop.) The static files show that collectstatic, started like
+    migrate and the seed, ran as the app's user too. From a checkout the unprivileged users
+    cannot reach, `run` must refuse."""
     stack = _stack()
-    run_as = stack._server_identity()
-    expected_uid = os.geteuid() if run_as.uid is None else run_as.uid
-    closed = stack._blocked_for(run_as, stack.MANAGE)
+    servers = stack._server_identity()
+    app = stack._app_identity(servers)
+    me = (os.geteuid(), os.getegid())
+    server_ids = me if servers.uid is None else (servers.uid, servers.gid)
+    app_ids = me if app.uid is None else (app.uid, app.gid)
+    blocked = (stack._blocked_for(user, stack.MANAGE) for user in (app, servers))
+    closed = next((path for path in blocked if path is not None), None)
     var = Path(tempfile.mkdtemp(prefix=f"agentops-test-{os.getpid()}-"))
     said: queue.Queue[str | None] = queue.Queue()
     with (tmp_path / "run.out").open("wb") as out:
@@ -296,22 +402,64 @@ def test_launched_as_root_nothing_the_launcher_starts_runs_as_root(tmp_path: Pat
             assert f"{closed} is closed to other users" in "".join(log)
             return
         assert any("agentops is up at" in line for line in log), "".join(log)
-        below = _descendants(launcher.pid)
-        running = {
-            what
-            for what, mark in _RUN_PROCESSES.items()
-            if any(mark(p.name, p.argv) for p in below)
-        }
-        assert running == set(_RUN_PROCESSES)
+        below = _all_started(launcher.pid, time.monotonic() + 60)
         as_root = [
             (p.pid, p.argv[:100], p.uids, p.gids, p.groups)
             for p in below
             if 0 in p.uids + p.gids + p.groups
         ]
         assert as_root == []
+        kinds = _kinds(below)
+        wrong_user = []
+        for what, processes in kinds.items():
+            uid, gid = app_ids if what in _APP_PROCESSES else server_ids
+            wrong_user += [
+                (what, p.pid, p.uids, p.gids)
+                for p in processes
+                if (p.uids, p.gids) != ((uid,) * 4, (gid,) * 4)
+            ]
+        assert wrong_user == []
+        # Nothing else below the launcher either (PostgreSQL's own children included).
+        assert {p.uids[0] for p in below} <= {app_ids[0], server_ids[0]}
         static = [p for p in (var / "staticfiles").rglob("*") if p.is_file()]
         assert static, "collectstatic wrote nothing"
-        assert {p.stat().st_uid for p in static} == {expected_uid}
+        assert {p.stat().st_uid for p in static} == {app_ids[0]}
+        if app.uid is not None:
+            assert app_ids[0] != server_ids[0]
+            for data in (var / "pg", var / "redis"):
+                st = os.stat(data)
+                assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (server_ids[0], 0o700)
+            server_pids = [
+                p.pid
+                for what, processes in kinds.items()
+                if what not in _APP_PROCESSES
+                for p in processes
+                if p.parent == launcher.pid
+            ]
+            closed_to_app = [
+                (var / "pg", os.O_RDONLY | os.O_DIRECTORY),
+                (var / "pg" / "PG_VERSION", os.O_RDONLY),
+                (var / "pg" / "global" / "pg_control", os.O_RDWR),
+                (var / "redis", os.O_RDONLY | os.O_DIRECTORY),
+                *((kept, os.O_RDONLY) for kept in (var / "redis").iterdir()),
+                (var / "secrets", os.O_RDONLY | os.O_DIRECTORY),
+                *((secret, os.O_RDONLY) for secret in (var / "secrets").iterdir()),
+                (var / "log" / "postgres.log", os.O_RDONLY),
+                (var / "log" / "redis.log", os.O_RDONLY),
+                *((Path(f"/proc/{pid}/environ"), os.O_RDONLY) for pid in server_pids),
+            ]
+            # What proves the child was the app's user and /proc answers it: its own.
+            web_master = next(p for p in kinds["web"] if p.parent == launcher.pid)
+            open_to_app = [
+                (static[0], os.O_RDONLY),
+                (Path(f"/proc/{web_master.pid}/environ"), os.O_RDONLY),
+            ]
+            tried = closed_to_app + open_to_app
+            answers = _opened_as(app_ids[0], app_ids[1], tried)
+            assert dict(zip([str(path) for path, _ in tried], answers, strict=True)) == {
+                **{str(path): "EACCES" for path, _ in closed_to_app},
+                **{str(path): "ok" for path, _ in open_to_app},
+            }
     finally:
         launcher.send_signal(signal.SIGTERM)
         try:
