@@ -20,6 +20,7 @@ run: $(STAMP)
 test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check .
 	DJANGO_DEBUG=1 DATABASE_URL=postgres://typecheck@127.0.0.1/typecheck $(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/python scripts/stack.py test -- $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 # `manage.py bench` against durable throwaway servers (fsync on): see the README.
