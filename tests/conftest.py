@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -10,6 +11,59 @@ pytest_plugins = [
     "tests.agentops.sandboxed",
     "tests.agentops.workers",
 ]
+
+# --- Visible gates: a test needs what it needs, or fails saying so ----------------------------
+
+DESELECT = "run the tests as `make test` does (scripts/stack.py test -- pytest ...), or leave "
+DESELECT += "them out in so many words: -m 'not stack'"
+
+
+def _stack_missing(servers: tuple[str, ...]) -> str | None:
+    """Why a ``@pytest.mark.stack(*servers)`` test cannot run here, or None if it can."""
+    from agentops.chaos.world import CONTROL_VARIABLE, stack_control
+
+    if not os.environ.get(CONTROL_VARIABLE):
+        return (
+            f"this test needs the servers scripts/stack.py starts and its control socket "
+            f"({CONTROL_VARIABLE} is not set): {DESELECT}"
+        )
+    answer = stack_control("servers", timeout=30.0)
+    if not answer or not answer.get("ok"):
+        return f"scripts/stack.py's control socket did not answer ({answer}): {DESELECT}"
+    started = set(answer.get("servers", []))
+    missing = [name for name in servers if name not in started]
+    if missing:
+        return (
+            f"this test needs {' and '.join(missing)} started by scripts/stack.py, which was "
+            f"given {'their URLs' if len(missing) > 1 else 'its URL'} and started "
+            f"{' and '.join(sorted(started)) or 'neither'}: {DESELECT}"
+        )
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("stack")
+    if marker is not None:
+        why = _stack_missing(tuple(marker.args))
+        if why is not None:
+            pytest.fail(why, pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """No test is skipped to go green: a skip, whatever raised it, is reported as a failure
+    with its reason. A test that cannot run somewhere says what it needs with a marker, and
+    whoever runs without that deselects it (``-m 'not stack'``), which the summary shows."""
+    report = yield
+    if report.skipped and not hasattr(report, "wasxfail"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped, and this suite allows no skip: {reason}"
+    return report
 
 
 @pytest.fixture(autouse=True, scope="session")

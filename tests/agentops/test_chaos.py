@@ -23,7 +23,6 @@ from agentops.chaos.audit import Ledgers, audit_journal, audit_naive, business_d
 from agentops.chaos.naive import NAIVE_JOB, NaiveJob, NaiveLoop, NaiveWorker
 from agentops.chaos.plan import plan_make
 from agentops.chaos.run import MUST_BE_ZERO, ChaosRefused, chaos_run
-from agentops.chaos.world import restartable_servers
 from agentops.kinds import rules_for, tools_for
 from agentops.planners.scripted import ScriptedPlanner as Playbooks
 from agentops.runner import task_policy, task_start
@@ -205,8 +204,9 @@ def test_a_run_does_not_share_its_queue_with_other_workers(tmp_path: Path) -> No
     assert not (tmp_path / "logs").exists()  # nothing was started
 
 
+@pytest.mark.stack("postgres", "redis")  # the run restarts both
+@pytest.mark.timeout(300)  # some 20 s alone: thirty tasks, real workers, faults, restarts
 def test_a_small_chaos_run_repeats_nothing_and_loses_nothing(tmp_path: Path) -> None:
-    servers = restartable_servers()
     redis = quiet_world()
     try:
         figures = chaos_run(tasks=30, seed=1, workers=2, workdir=tmp_path, out=None)
@@ -221,9 +221,8 @@ def test_a_small_chaos_run_repeats_nothing_and_loses_nothing(tmp_path: Path) -> 
     for kind in ("worker_sigkill", "worker_sigstop"):
         assert injected.get(kind, 0) >= 1, (kind, injected)
     for server in ("postgres", "redis"):
-        # Restarted when scripts/stack.py started it (make test does), skipped and said so if not.
-        done = injected.get(f"{server}_restart", 0) if server in servers else 0
+        done = injected.get(f"{server}_restart", 0)
         skipped = figures["faults_skipped"].get(f"{server}_restart", 0)
-        assert (done, skipped) == ((1, 0) if server in servers else (0, 1)), (server, figures)
+        assert (done, skipped) == (1, 0), (server, figures)
     assert sum(injected.values()) > 20
     assert figures["provider_effects"] > 30

@@ -8,7 +8,6 @@ after 0.5 s, leases last 2 s, lookups come 0.2 s apart.
 from __future__ import annotations
 
 import signal
-import time
 from typing import Any
 
 import django_rq
@@ -39,7 +38,9 @@ def renewal(**refs: Any) -> Task:
     )
 
 
-def finished(task: Task, timeout: float = 30) -> Task:
+def finished(task: Task, timeout: float = 60) -> Task:
+    """The task once it has ended. The slowest of these tests takes some 5 s in all: a minute
+    is more than ten times that, and still a small part of a lease when a test needs one."""
     wait_for(
         lambda: Task.objects.get(pk=task.pk).status in ("finished", "needs_human"),
         timeout=timeout,
@@ -123,7 +124,7 @@ def test_the_six_second_charge_end_to_end(
     task = renewal()
     wait_for(
         lambda: Task.objects.get(pk=task.pk).status == "waiting",
-        timeout=20,
+        timeout=30,
         what="the charge to go unknown and the task to wait",
     )
     task = finished(task)
@@ -172,24 +173,25 @@ def test_a_second_charge_while_the_first_is_unknown_waits_for_it_and_is_told_wha
     assert effects(first, payments_sandbox, mail_sandbox) == {"charge_customer": 1, "send_email": 1}
 
 
+@pytest.mark.stack("postgres")
 def test_a_postgresql_restart_mid_run_hands_the_task_on_at_once_not_after_its_lease(
     fleet: Fleet, payments_sandbox: SandboxHandle, mail_sandbox: SandboxHandle
 ) -> None:
     # The charge is in flight for 2 s (the client gives up at 0.5 s); meanwhile PostgreSQL
     # restarts, so the runner cannot record what it saw. Its lease would hold the task for
-    # 30 s; it gives it back as soon as the database answers, and rings for it again.
+    # 10 minutes; it gives it back as soon as the database answers, and rings for it again.
+    # So the task ends within the minute `finished` waits (it takes a few seconds) only if
+    # it was handed on: the lease is ten times that wait, the wait ten times the run.
     payments_sandbox.client.fault("payment_intents.create", "latency_before_effect", delay=2.0)
-    fleet.worker(JOURNAL_LEASE_SECONDS="30")
+    fleet.worker(JOURNAL_LEASE_SECONDS="600")
     task = renewal()
     wait_for(
         lambda: Step.objects.filter(task=task, n=1, state="pending").exists(),
         timeout=20,
         what="the charge to be in flight",
     )
-    restarted = time.monotonic()
     restart_server("postgres")
-    task = finished(task, timeout=30)
-    assert time.monotonic() - restarted < 15, "the task waited out its lease"
+    task = finished(task, timeout=60)
     assert task.status == "finished" and task.failed_runs == 0
     assert effects(task, payments_sandbox, mail_sandbox) == {"charge_customer": 1, "send_email": 1}
     # The step recorded before the crash is the one that settled: nothing was decided twice.

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +16,7 @@ import django_rq
 import pytest
 from django.db import connection, connections
 
+from agentops.chaos.world import stack_control
 from agentops.workers import WORKER_ARGS
 from journal.models import Attention, Task
 from journal.status import ADVANCING, task_flag
@@ -29,23 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def restart_server(name: str) -> None:
     """Have scripts/stack.py, which started this run's servers, restart one: ``postgres``
-    (an immediate shutdown, as a crash) or ``redis`` (it comes back empty)."""
-    path = os.environ.get("AGENTOPS_STACK_CONTROL")
-    if not path:
-        pytest.skip("the servers were not started by scripts/stack.py test")
-
-    def ask(request: str) -> dict[str, Any]:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(60)
-            sock.connect(path)
-            sock.sendall(f"{request}\n".encode())
-            answer: dict[str, Any] = json.loads(sock.makefile("r").readline())
-        return answer
-
-    if name not in ask("servers")["servers"]:
-        pytest.skip(f"{name} was not started by scripts/stack.py test (its URL is set)")
-    answer = ask(f"restart {name}")
-    assert answer["ok"] is True, answer
+    (an immediate shutdown, as a crash) or ``redis`` (it comes back empty). The test says it
+    needs that with ``@pytest.mark.stack(name)``, which fails it where stack.py did not."""
+    answer = stack_control(f"restart {name}")
+    assert answer is not None and answer["ok"] is True, answer
     if name == "postgres":
         connections.close_all()  # this process's connections died with it
 
