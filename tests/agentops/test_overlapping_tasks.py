@@ -119,7 +119,7 @@ def test_a_renewal_waits_for_an_unknown_charge_and_finishes_when_it_is_found_don
     assert wake_at is not None and next_check_at is not None and wake_at >= next_check_at
     wait_for(
         lambda: run(first, policy=LATER).stopped == "finished",
-        timeout=10,
+        timeout=30,
         what="the first renewal to find its charge and finish",
     )
     paid = charge_of(first)[0]
@@ -127,7 +127,7 @@ def test_a_renewal_waits_for_an_unknown_charge_and_finishes_when_it_is_found_don
 
     wait_for(
         lambda: run(second, policy=SOON).stopped == "finished",
-        timeout=10,
+        timeout=30,
         what="the second renewal to decide",
     )
     again = charge_of(second)[-1]

@@ -102,7 +102,7 @@ def test_the_six_second_charge_goes_unknown_then_the_lookup_settles_it(
     # Timed out at 0.3 s; the immediate lookup finds nothing and the keyed retry is told
     # the first request is still in flight (409): the task waits.
     assert result.stopped == "waiting" and step.state == "unknown"
-    wait_for(lambda: intents(payments, step.key), timeout=5, what="the slow charge to land")
+    wait_for(lambda: intents(payments, step.key), timeout=10, what="the slow charge to land")
     # Run the task each time it is due, as the scheduler will, until it stops waiting.
     wait_for(
         lambda: (
@@ -111,7 +111,7 @@ def test_the_six_second_charge_goes_unknown_then_the_lookup_settles_it(
             ).stopped
             != "waiting"
         ),
-        timeout=10,
+        timeout=20,
         what="reconciliation to settle the step",
     )
     step.refresh_from_db()
@@ -208,7 +208,7 @@ def test_the_six_second_charge_is_settled_by_the_signed_webhook(
         assert result.stopped == "waiting" and step.state == "unknown"
         wait_for(
             lambda: Step.objects.get(pk=step.pk).state == "done",
-            timeout=10,
+            timeout=20,
             what="the webhook to settle the step",
         )
     step.refresh_from_db()

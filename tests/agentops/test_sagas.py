@@ -51,7 +51,7 @@ def trip_refs(**change: Any) -> dict[str, Any]:
     }
 
 
-def ended(task: Task, timeout: float = 30) -> Task:
+def ended(task: Task, timeout: float = 60) -> Task:
     wait_for(
         lambda: (
             Task.objects.get(pk=task.pk).status
@@ -279,7 +279,7 @@ def test_a_flight_hold_that_expired_while_held_for_approval_is_never_charged_for
             ]
             == "expired"
         ),
-        timeout=10,
+        timeout=30,
         what="the hold to expire",
     )
     held = Approval.objects.get(task=task)

@@ -143,10 +143,12 @@ def test_a_holder_stopped_inside_a_transaction_does_not_keep_its_task_past_its_l
     assert paused.tell("hold") == "holding"  # the fence's extension is not committed
     os.kill(paused.proc.pid, signal.SIGSTOP)
     try:
+        # The server ends the stopped session after a lease (2 s): both limits are ten times
+        # more than the task takes to be free.
         with connection.cursor() as cursor:
             # Without the server's limit, this would wait until the holder woke up.
-            cursor.execute("SET lock_timeout = '15s'")
-        deadline = time.monotonic() + 15
+            cursor.execute("SET lock_timeout = '30s'")
+        deadline = time.monotonic() + 30
         taken = None
         while taken is None:
             assert time.monotonic() < deadline, "the task stayed with the stopped runner"

@@ -90,6 +90,7 @@ def test_a_webhook_settling_while_the_runner_marks_the_task_waiting_wakes_the_ta
     end = time.monotonic() + 10
     while not webhook_pid and time.monotonic() < end:
         time.sleep(0.01)
+    assert webhook_pid, "the webhook never connected"
     _waiting_on_a_lock(webhook_pid[0])  # its statement began before the runner's commit
     release.set()
     for t in threads:
@@ -114,7 +115,9 @@ def test_a_waiting_task_is_always_picked_up_at_its_wake_up_time(**_: Any) -> Non
     step = step_record(
         lease=lease, decision=charge(invoice()), tools={"charge": ChargeTool(Provider())}
     )
-    step_mark_unknown(lease=lease, step=step, outcome=Outcome.unknown("timeout"), next_check_in=0.2)
+    # Due in a second: the two reads just below take milliseconds, so the task is not due
+    # yet when they run, on a busy machine too; it is due well within the ten seconds after.
+    step_mark_unknown(lease=lease, step=step, outcome=Outcome.unknown("timeout"), next_check_in=1.0)
     lease_release(lease)
     assert Task.objects.get(pk=task.pk).status == "waiting"
     assert not task_list_runnable().filter(pk=task.pk).exists()

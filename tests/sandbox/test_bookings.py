@@ -111,10 +111,13 @@ def test_key_reuse_with_other_params(bookings_sandbox):
 @pytest.mark.usefixtures("clean_faults")
 def test_hold_latency_before_effect(bookings_sandbox):
     ref, key = unique("trip"), unique()
-    bookings_sandbox.client.fault("flight_holds.create", "latency_before_effect", delay=0.4)
+    # The client gives up at 0.15 s, the hold lands at 1.5 s: ten times apart.
+    bookings_sandbox.client.fault("flight_holds.create", "latency_before_effect", delay=1.5)
     with pytest.raises((TimeoutError, urllib.error.URLError)):
         hold(bookings_sandbox, ref, key, timeout=0.15)
-    (entry,) = wait_for(lambda: bookings_sandbox.client.ledger(reference=ref), what="late hold")
+    (entry,) = wait_for(
+        lambda: bookings_sandbox.client.ledger(reference=ref), timeout=15, what="late hold"
+    )
     found = http_json("GET", f"{bookings_sandbox.url}/v1/flight_holds?reference={ref}")
     assert found.body["data"][0]["id"] == entry["object_id"]
 

@@ -89,11 +89,13 @@ def test_drop_after_effect_then_replay(mail_sandbox):
 @pytest.mark.usefixtures("clean_faults")
 def test_latency_before_effect_lands_after_timeout(mail_sandbox):
     key = unique()
-    mail_sandbox.client.fault("messages.send", "latency_before_effect", delay=0.4)
+    # The client gives up at 0.15 s, the send lands at 1.5 s: ten times apart, so the ledger
+    # read just after the client gave up comes before it on a busy machine too.
+    mail_sandbox.client.fault("messages.send", "latency_before_effect", delay=1.5)
     with pytest.raises((TimeoutError, urllib.error.URLError)):
         send(mail_sandbox, message(key), key, timeout=0.15)
     assert mail_sandbox.client.ledger(key=key) == []
-    wait_for(lambda: mail_sandbox.client.ledger(key=key), what="late send")
+    wait_for(lambda: mail_sandbox.client.ledger(key=key), timeout=15, what="late send")
     assert send(mail_sandbox, message(key), key).headers["Idempotent-Replayed"] == "true"
 
 
