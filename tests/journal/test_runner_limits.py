@@ -51,7 +51,9 @@ def test_a_retry_waits_for_its_time_and_the_task_is_picked_up_then() -> None:
     tool = ChargeTool(Provider(), script=["not_sent", "ok"])
     planner = ScriptedPlanner([charge(invoice())])
     policy = Policy(transient_retry_delays=(0.3,))
-    assert task_advance(task_id=task.pk, planner=planner, tools={"charge": tool}, policy=policy)
+    first = task_advance(task_id=task.pk, planner=planner, tools={"charge": tool}, policy=policy)
+    assert (first.stopped, first.steps_performed) == ("waiting", 1)
+    assert Step.objects.get(task=task, n=1).state == "not_done"  # never sent: retried later
     task.refresh_from_db()
     assert task.status == "waiting" and task.wake_at is not None
     end = time.monotonic() + 10
