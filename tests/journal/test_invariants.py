@@ -255,4 +255,8 @@ JournalMachine.TestCase.settings = settings(
 )
 
 
-TestJournalInvariants = pytest.mark.usefixtures("committed")(JournalMachine.TestCase)
+# Some 25 s for the default 150 examples: a limit of its own, ten times that. More examples
+# (HYPOTHESIS_EXAMPLES) get a limit as much larger.
+TestJournalInvariants = pytest.mark.timeout(300 * max(1, EXAMPLES // 150))(
+    pytest.mark.usefixtures("committed")(JournalMachine.TestCase)
+)
