@@ -20,7 +20,7 @@ DESELECT += "them out in so many words: -m 'not stack'"
 
 def _stack_missing(servers: tuple[str, ...]) -> str | None:
     """Why a ``@pytest.mark.stack(*servers)`` test cannot run here, or None if it can."""
-    from agentops.chaos.world import CONTROL_VARIABLE, stack_control
+    from devtools.stack.control import CONTROL_VARIABLE, stack_control
 
     if not os.environ.get(CONTROL_VARIABLE):
         return (

@@ -26,7 +26,7 @@ from rq.scripts import acquire_or_refresh_lock, release_lock
 from rq.serializers import JSONSerializer
 
 from agentops.workers import AgentopsJob
-from tests.test_stack import _stack
+from devtools.stack.redis import rq_scripts
 
 # Checked on the Redis scripts/stack.py started and configured, not on one given by REDIS_URL.
 pytestmark = pytest.mark.stack("redis")
@@ -180,7 +180,7 @@ def test_the_launcher_loaded_every_lua_script_rq_registers(client: redis.Redis) 
         "queue.py": 1,  # Queue.empty
         "rate_limit.py": 4,
     }
-    scripts = _stack()._rq_scripts()
+    scripts = rq_scripts()
     assert len(scripts) == 9
     shas = [hashlib.sha1(script, usedforsecurity=False).hexdigest() for script in scripts]
     assert client.script_exists(*shas) == [True] * len(shas)

@@ -1,6 +1,6 @@
 """The launcher does no harm: what it keeps under var/ is its owner's alone (issue 8).
 
-Checked on the throwaway servers this very test run uses (scripts/stack.py test started
+Checked on the throwaway servers this very test run uses (devtools.stack test started
 them, with this pytest as its child), and on the helpers that write secrets.
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib.util
 import os
 import queue
 import shutil
@@ -22,31 +21,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import IO
+from typing import IO, Any
 
 import pytest
+import redis
+
+from devtools.process import Supervised, free_port
+from devtools.stack import base, files, users
+from devtools.stack.app import Child
+from devtools.stack.base import StackError
+from devtools.stack.control import CONTROL_VARIABLE, stack_control
+from devtools.stack.sandboxes import SANDBOXES
+from devtools.stack.users import DEFAULT_APP_USER, RunAs, app_identity, server_identity
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _stack() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("agentops_stack", REPO / "scripts" / "stack.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def _test_root() -> Path:
-    """The directory of the servers stack.py started around this run."""
+    """The directory of the servers the launcher started around this run."""
     candidates = [REPO / "var" / f"test-{os.getppid()}"]
     candidates += Path(tempfile.gettempdir()).glob(f"agentops-test-{os.getppid()}-*")
-    for root in candidates:
-        if root.is_dir():
-            return root
-    pytest.skip("the servers were not started by scripts/stack.py test")
+    found = [root for root in candidates if root.is_dir()]
+    assert found, "the launcher's directory for this run (its marker says it started both)"
+    return found[0]
 
 
 def _open_to_others(path: Path) -> bool:
@@ -55,6 +52,7 @@ def _open_to_others(path: Path) -> bool:
     )
 
 
+@pytest.mark.stack("postgres", "redis")
 def test_server_data_logs_and_secrets_are_readable_by_their_owner_only() -> None:
     root = _test_root()
     exposed = [
@@ -70,78 +68,66 @@ def test_server_data_logs_and_secrets_are_readable_by_their_owner_only() -> None
         assert stat.S_IMODE(os.lstat(secret).st_mode) == 0o600
 
 
-def test_secrets_are_made_owner_only_and_kept(tmp_path: Path) -> None:
-    stack = _stack()
-    stack._OWN_ROOTS.append(tmp_path)
-    first = stack._secret(tmp_path / "secrets" / "x")
-    assert stack._secret(tmp_path / "secrets" / "x") == first
+def test_secrets_are_made_owner_only_and_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files, "OWN_ROOTS", [tmp_path])
+    first = files.secret(tmp_path / "secrets" / "x")
+    assert files.secret(tmp_path / "secrets" / "x") == first
     assert stat.S_IMODE(os.stat(tmp_path / "secrets" / "x").st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / "secrets").st_mode) == 0o700
     (tmp_path / "secrets" / "x").chmod(0o644)  # loosened by hand
-    stack._secret(tmp_path / "secrets" / "x")
+    files.secret(tmp_path / "secrets" / "x")
     assert stat.S_IMODE(os.stat(tmp_path / "secrets" / "x").st_mode) == 0o600
 
 
 def test_the_launcher_changes_no_permission_outside_its_own_directories(tmp_path: Path) -> None:
-    stack = _stack()
-    with pytest.raises(stack.StackError, match="outside"):
-        stack._private_dir(tmp_path / "elsewhere")
-    with pytest.raises(stack.StackError, match="outside"):
-        stack.RunAs(uid=65534, gid=65534).own(tmp_path)
-    assert "useradd" not in (REPO / "scripts" / "stack.py").read_text()
+    with pytest.raises(StackError, match="outside"):
+        files.private_dir(tmp_path / "elsewhere")
+    with pytest.raises(StackError, match="outside"):
+        RunAs(uid=65534, gid=65534).own(tmp_path)
+    for module in (REPO / "devtools").rglob("*.py"):
+        assert "useradd" not in module.read_text(), module
 
 
-def test_a_supervised_process_that_dies_is_started_again_after_a_growing_pause(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    stack = _stack()
-    monkeypatch.setattr(stack, "RESTART_PAUSES", (0.05, 0.2))
-    child = stack.Child(
+def test_a_supervised_process_that_dies_is_started_again_after_a_growing_pause() -> None:
+    child = Child(
         "test-supervised",
         [sys.executable, "-c", "import sys; sys.exit(3)"],
         dict(os.environ),
         stop_timeout=5.0,
     )
-    supervised = stack.Supervised(child)
-    child.start()
-    pids = [child.proc.pid]
+    supervised = Supervised(child.name, child.start, pauses=(0.05, 0.2))
+    pids = [supervised.start().pid]
+    deaths = []
     try:
         deadline = time.monotonic() + 30
         while supervised.restarts < 3:
             assert time.monotonic() < deadline, "the dead process was not started again"
-            supervised.check(time.monotonic())
-            if child.proc.pid != pids[-1]:
-                pids.append(child.proc.pid)
+            if (dead := supervised.check()) is not None:
+                deaths.append(dead.returncode)
+            assert supervised.proc is not None
+            if supervised.proc.pid != pids[-1]:
+                pids.append(supervised.proc.pid)
             time.sleep(0.01)
         assert len(set(pids)) == 4  # a new process each time
+        assert deaths == [3, 3, 3]  # each death told once, with how it ended
         assert supervised.pause == 0.2  # doubled while it kept dying at once, then capped
     finally:
         child.stop()
 
 
-def _control(request: str) -> dict[str, object]:
-    import json
-    import socket
-
-    path = os.environ.get("AGENTOPS_STACK_CONTROL")
-    if not path:
-        pytest.skip("the servers were not started by scripts/stack.py test")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(60)
-        sock.connect(path)
-        sock.sendall(request.encode() + b"\n")
-        answer: dict[str, object] = json.loads(sock.makefile("r").readline())
+def _control(request: str) -> dict[str, Any]:
+    answer = stack_control(request)
+    assert answer is not None, "the launcher runs this test (its marker says so)"
     return answer
 
 
+@pytest.mark.stack("redis")
 def test_the_command_may_restart_the_servers_it_was_given_and_nothing_else() -> None:
-    import redis
-
     servers = _control("servers")["servers"]
-    assert isinstance(servers, list) and set(servers) <= {"postgres", "redis"}
-    assert stat.S_IMODE(os.stat(os.environ["AGENTOPS_STACK_CONTROL"]).st_mode) == 0o600
-    if "redis" not in servers:
-        pytest.skip("REDIS_URL names a server stack.py did not start")
+    assert set(servers) <= {"postgres", "redis"}
+    assert stat.S_IMODE(os.stat(os.environ[CONTROL_VARIABLE]).st_mode) == 0o600
     client = redis.Redis.from_url(os.environ["REDIS_URL"])
     client.set("agentops:test:restart", "1")
     answer = _control("restart redis")
@@ -150,17 +136,14 @@ def test_the_command_may_restart_the_servers_it_was_given_and_nothing_else() -> 
     assert _control("restart the world")["ok"] is False
 
 
-# Loads the launcher with its var/ moved to sys.argv[1], then does what `make run` does.
+# The launcher with its var/ moved to sys.argv[1], doing what `make run` does.
 _RUN_ELSEWHERE = """
-import importlib.util, sys
+import sys
 from pathlib import Path
-spec = importlib.util.spec_from_file_location("agentops_stack", sys.argv[2])
-stack = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = stack
-spec.loader.exec_module(stack)
-stack.VAR = Path(sys.argv[1])
-stack._OWN_ROOTS[:] = [stack.VAR]
-sys.exit(stack.main(["run"]))
+from devtools.stack import base
+from devtools.stack.cli import main
+base.VAR = Path(sys.argv[1])
+sys.exit(main(["run"]))
 """
 
 # What `make run` starts, by a mark on each process's command line or name (a process's
@@ -242,7 +225,7 @@ def _still_running(process: _Process) -> bool:
     return int(stat_fields[19]) == process.started and stat_fields[0] != "Z"
 
 
-def _env_for_a_run_of_its_own(stack: ModuleType) -> dict[str, str]:
+def _env_for_a_run_of_its_own() -> dict[str, str]:
     """Our environment without this test run's servers, settings and providers (`run` would
     use them instead of starting its own), with free ports for all it listens on."""
     env = {
@@ -252,8 +235,8 @@ def _env_for_a_run_of_its_own(stack: ModuleType) -> dict[str, str]:
         or not name.startswith(("AGENTOPS_", "DJANGO_", "DATABASE_", "REDIS_", "STRIPE_", "PG"))
         and name not in {"MAIL_API_BASE", "BOOKINGS_API_BASE"}
     }
-    for server in ("WEB", "PG", "REDIS", *(f"SANDBOX_{n.upper()}" for n, *_ in stack.SANDBOXES)):
-        env[f"AGENTOPS_{server}_PORT"] = str(stack._free_port())
+    for server in ("WEB", "PG", "REDIS", *(f"SANDBOX_{n.upper()}" for n, *_ in SANDBOXES)):
+        env[f"AGENTOPS_{server}_PORT"] = str(free_port())
     env["WEB_CONCURRENCY"] = str(_WEB_WORKERS)
     return env
 
@@ -323,18 +306,17 @@ def test_the_app_runs_as_an_unprivileged_user_of_its_own(monkeypatch: pytest.Mon
     """Launched as root, the app's user is neither root nor the servers' user, and exists."""
     import pwd
 
-    stack = _stack()
-    monkeypatch.setattr(stack.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setenv("AGENTOPS_SERVER_USER", "nobody")
     monkeypatch.delenv("AGENTOPS_APP_USER", raising=False)
     try:
         pwd.getpwnam("nobody")
-        pwd.getpwnam(stack.DEFAULT_APP_USER)
+        pwd.getpwnam(DEFAULT_APP_USER)
     except KeyError:
-        pytest.skip(f"this machine lacks Debian's users nobody and {stack.DEFAULT_APP_USER}")
-    servers = stack._server_identity()
-    app = stack._app_identity(servers)
-    assert app.name == stack.DEFAULT_APP_USER
+        pytest.skip(f"this machine lacks Debian's users nobody and {DEFAULT_APP_USER}")
+    servers = server_identity()
+    app = app_identity(servers)
+    assert app.name == DEFAULT_APP_USER
     assert app.uid not in {0, servers.uid}
     for name, refusal in [
         ("nobody", "is the user PostgreSQL and Redis run as"),
@@ -342,8 +324,8 @@ def test_the_app_runs_as_an_unprivileged_user_of_its_own(monkeypatch: pytest.Mon
         ("agentops-no-such-user", "does not exist"),
     ]:
         monkeypatch.setenv("AGENTOPS_APP_USER", name)
-        with pytest.raises(stack.StackError, match=refusal):
-            stack._app_identity(servers)
+        with pytest.raises(StackError, match=refusal):
+            app_identity(servers)
 
 
 def test_launched_as_root_nothing_the_launcher_starts_runs_as_root(tmp_path: Path) -> None:
@@ -356,21 +338,20 @@ def test_launched_as_root_nothing_the_launcher_starts_runs_as_root(tmp_path: Pat
     checked to come up and stop.) The static files show that collectstatic, started like
     migrate and the seed, ran as the app's user too. From a checkout the unprivileged users
     cannot reach, `run` must refuse."""
-    stack = _stack()
-    servers = stack._server_identity()
-    app = stack._app_identity(servers)
+    servers = server_identity()
+    app = app_identity(servers)
     me = (os.geteuid(), os.getegid())
-    server_ids = me if servers.uid is None else (servers.uid, servers.gid)
-    app_ids = me if app.uid is None else (app.uid, app.gid)
-    blocked = (stack._blocked_for(user, stack.MANAGE) for user in (app, servers))
+    server_ids = me if servers.uid is None or servers.gid is None else (servers.uid, servers.gid)
+    app_ids = me if app.uid is None or app.gid is None else (app.uid, app.gid)
+    blocked = (users.blocked_for(user, base.MANAGE) for user in (app, servers))
     closed = next((path for path in blocked if path is not None), None)
     var = Path(tempfile.mkdtemp(prefix=f"agentops-test-{os.getpid()}-"))
     said: queue.Queue[str | None] = queue.Queue()
     with (tmp_path / "run.out").open("wb") as out:
         launcher = subprocess.Popen(
-            [sys.executable, "-c", _RUN_ELSEWHERE, str(var), str(REPO / "scripts" / "stack.py")],
+            [sys.executable, "-c", _RUN_ELSEWHERE, str(var)],
             cwd=REPO,
-            env=_env_for_a_run_of_its_own(stack),
+            env=_env_for_a_run_of_its_own(),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.PIPE,

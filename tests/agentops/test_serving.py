@@ -12,7 +12,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -25,8 +24,9 @@ from django.test import RequestFactory, override_settings
 from django.views.debug import ExceptionReporter
 
 from agentops.health import HealthCheckMiddleware
-from tests.agentops.workers import database_url
-from tests.sandbox.fixtures import free_port, wait_for
+from devtools.database import database_url
+from devtools.process import end, free_port, spawn
+from tests.sandbox.fixtures import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,14 +61,10 @@ def static_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Served:
     def __init__(self, env: dict[str, str]) -> None:
         self.port = free_port()
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [sys.executable, "-m", "gunicorn", "-c", "python:agentops.gunicorn_conf"]
             + ["--bind", f"127.0.0.1:{self.port}", "--workers", "1"],
-            cwd=ROOT,
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
         )
         wait_for(self._up, timeout=30, what="gunicorn to answer")
 
@@ -90,12 +86,7 @@ class Served:
             conn.close()
 
     def stop(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        end(self.proc, timeout=30)
 
 
 @pytest.fixture

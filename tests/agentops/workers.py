@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,32 +12,26 @@ from typing import Any
 
 import django_rq
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
-from agentops.chaos.world import stack_control
 from agentops.workers import WORKER_ARGS
+from devtools.database import database_url
+from devtools.process import Popen, end, spawn
+from devtools.stack.control import stack_control
 from journal.models import Attention, Task
 from journal.status import ADVANCING, task_flag
 from tests.agentops.sandboxed import sandbox_settings
 from tests.sandbox.fixtures import SandboxHandle
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def restart_server(name: str) -> None:
-    """Have scripts/stack.py, which started this run's servers, restart one: ``postgres``
-    (an immediate shutdown, as a crash) or ``redis`` (it comes back empty). The test says it
-    needs that with ``@pytest.mark.stack(name)``, which fails it where stack.py did not."""
+    """Have the launcher, which started this run's servers, restart one: ``postgres`` (an
+    immediate shutdown, as a crash) or ``redis`` (it comes back empty). The test says it
+    needs that with ``@pytest.mark.stack(name)``, which fails it where the launcher did not."""
     answer = stack_control(f"restart {name}")
     assert answer is not None and answer["ok"] is True, answer
     if name == "postgres":
         connections.close_all()  # this process's connections died with it
-
-
-def database_url() -> str:
-    s = connection.settings_dict
-    password = f":{s['PASSWORD']}" if s["PASSWORD"] else ""
-    return f"postgres://{s['USER']}{password}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
 
 
 def quiet_world() -> Any:
@@ -61,34 +53,24 @@ class Fleet:
 
     env: dict[str, str]
     logs: Path
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    procs: list[Popen] = field(default_factory=list)
 
-    def _start(self, argv: list[str], **extra: str) -> subprocess.Popen[bytes]:
-        log = (self.logs / f"{argv[0]}-{len(self.procs)}.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", *argv],
-            cwd=ROOT,
-            env={**self.env, **extra},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    def _start(self, argv: list[str], **extra: str) -> Popen:
+        log = self.logs / f"{argv[0]}-{len(self.procs)}.log"
+        proc = spawn([sys.executable, "manage.py", *argv], env={**self.env, **extra}, output=log)
         self.procs.append(proc)
         return proc
 
-    def worker(self, **extra: str) -> subprocess.Popen[bytes]:
+    def worker(self, **extra: str) -> Popen:
         return self._start(list(WORKER_ARGS), **extra)
 
-    def sweeper(self) -> subprocess.Popen[bytes]:
+    def sweeper(self) -> Popen:
         return self._start(["sweep", "--interval", "0.3"])
 
     def stop(self) -> None:
-        for proc in self.procs:
-            # The whole group, even when its leader is dead: a worker killed by the test
-            # leaves RQ's scheduler, its forked child, running in that group.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        # Each whole group, even when its leader is dead: a worker killed by the test leaves
+        # RQ's scheduler, its forked child, running in that group.
+        end(*self.procs, timeout=30, signum=signal.SIGKILL)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from devtools.database import database_url
 from journal.leases import LeaseLost, fence, lease_acquire
 from journal.models import Step, Task
 from journal.record import task_create
@@ -22,17 +23,11 @@ pytestmark = pytest.mark.usefixtures("committed")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _database_url() -> str:
-    s = connection.settings_dict
-    password = f":{s['PASSWORD']}" if s["PASSWORD"] else ""
-    return f"postgres://{s['USER']}{password}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
-
-
 class Runner:
     """A lease holder in another process, driven line by line (tests/journal/lease_holder)."""
 
     def __init__(self, task: Task) -> None:
-        env = {**os.environ, "DATABASE_URL": _database_url()}
+        env = {**os.environ, "DATABASE_URL": database_url()}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.journal.lease_holder", str(task.pk)],
             cwd=ROOT,

@@ -3,14 +3,11 @@
 Registered for the whole suite by ``pytest_plugins`` in ``tests/conftest.py``, so any test
 package can ask for ``payments_sandbox``, ``mail_sandbox`` or ``bookings_sandbox``. Tests
 share one process per provider and stay apart by using unique keys and references; a test
-that sets faults clears them (``clean_faults``).
+that sets faults clears them (``clean_faults``). The processes are devtools.sandboxes'.
 """
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,26 +18,10 @@ from typing import Any
 import pytest
 import stripe
 
-from sandbox.client import SandboxClient
+from devtools.sandboxes import SandboxHandle as SandboxHandle  # the fixtures' type
+from devtools.sandboxes import sandbox_start, sandboxes_stop
 
 REPO = Path(__file__).resolve().parents[2]
-STARTUP_DEADLINE = 15.0
-
-
-@dataclass
-class SandboxHandle:
-    name: str
-    url: str
-    port: int
-    client: SandboxClient
-    process: subprocess.Popen[bytes]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def unique(prefix: str = "k") -> str:
@@ -57,35 +38,6 @@ def wait_for(condition, timeout: float = 5.0, interval: float = 0.02, what: str 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
-
-
-def start_sandbox(module: str, *args: str) -> SandboxHandle:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", f"sandbox.{module}", "--port", str(port), *args],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    client = SandboxClient(url, timeout=2.0)
-    deadline = time.monotonic() + STARTUP_DEADLINE
-    while not client.health():
-        if process.poll() is not None:
-            raise RuntimeError(f"sandbox.{module} exited with {process.returncode}")
-        if time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"sandbox.{module} not ready after {STARTUP_DEADLINE}s")
-        time.sleep(0.02)
-    return SandboxHandle(module, url, port, client, process)
-
-
-def stop_sandbox(handle: SandboxHandle) -> None:
-    handle.process.terminate()
-    try:
-        handle.process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        handle.process.kill()
-        handle.process.wait(timeout=5)
 
 
 def stripe_client(url: str, timeout: float = 5.0) -> stripe.StripeClient:
@@ -107,25 +59,25 @@ def headers_of(exc_info: pytest.ExceptionInfo[stripe.StripeError]) -> dict[str, 
     return dict(exc_info.value.headers or {})
 
 
-@pytest.fixture(scope="session")
-def payments_sandbox() -> Iterator[SandboxHandle]:
-    handle = start_sandbox("payments")
+def _sandbox(name: str, factory: pytest.TempPathFactory) -> Iterator[SandboxHandle]:
+    handle = sandbox_start(name, output=factory.mktemp("sandboxes") / f"{name}.log")
     yield handle
-    stop_sandbox(handle)
-
-
-@pytest.fixture(scope="session")
-def mail_sandbox() -> Iterator[SandboxHandle]:
-    handle = start_sandbox("mail")
-    yield handle
-    stop_sandbox(handle)
+    sandboxes_stop(handle)
 
 
 @pytest.fixture(scope="session")
-def bookings_sandbox() -> Iterator[SandboxHandle]:
-    handle = start_sandbox("bookings")
-    yield handle
-    stop_sandbox(handle)
+def payments_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxHandle]:
+    yield from _sandbox("payments", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def mail_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxHandle]:
+    yield from _sandbox("mail", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def bookings_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxHandle]:
+    yield from _sandbox("bookings", tmp_path_factory)
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ import os
 import subprocess
 import sys
 
+from devtools.process import free_port
 from sandbox.client import SandboxClient
-from tests.sandbox.fixtures import REPO, SandboxHandle, free_port
+from tests.sandbox.fixtures import REPO, SandboxHandle
 
 
 def _request(

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from devtools.process import free_port
 from sandbox.client import SandboxClient
-from tests.sandbox.fixtures import REPO, free_port
+from tests.sandbox.fixtures import REPO
 
 
 @pytest.mark.parametrize(
