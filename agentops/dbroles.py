@@ -191,7 +191,12 @@ def app_privileges_sql(
 ) -> list[str]:
     """The statements that leave ``app_role`` with exactly the privileges listed here."""
     role = _quote(connection, app_role)
+    database = _quote(connection, str(connection.settings_dict["NAME"]))
     statements = [
+        # No temporary tables: one named like a journal table would be searched first by any
+        # function that does not pin its search path (migration 0009 pins the journal's).
+        f"REVOKE TEMPORARY ON DATABASE {database} FROM PUBLIC",
+        f"REVOKE TEMPORARY ON DATABASE {database} FROM {role}",
         # Nothing but our grants: PostgreSQL before 15 let everyone create in `public`. (Run
         # by a role that does not own the schema, this only warns; 15 and later need none.)
         "REVOKE CREATE ON SCHEMA public FROM PUBLIC",

@@ -45,9 +45,12 @@ _IGNORABLE = (
     (0xE0000, 0xE0FFF),
 )
 
-# Spaces that show no width: a space all the same (U+200B was one, Zs, until Unicode 4.0.1),
-# so ``Ada\u200bLovelace`` is ``Ada Lovelace``. Every other invisible character is removed.
-_ZERO_WIDTH_SPACES = frozenset("\u200b\u180e\ufeff")
+# Spaces that show no width (U+200B was one, Zs, until Unicode 4.0.1), read as spaces in the
+# name people see. Every other invisible character is removed.
+_ZERO_WIDTH_SPACES = frozenset("\u200b\u180e")
+# Letters that show as blanks (Braille's blank pattern, the Hangul fillers are ignorable
+# already): white space for comparing.
+_BLANKS = frozenset("\u2800")
 
 # Characters a name cannot be normalised with safely, so it is refused: controls (C0, C1),
 # surrogates, private-use and unassigned code points, line and paragraph separators.
@@ -93,7 +96,18 @@ def name_problem(raw: str) -> str | None:
         what = _UNSAFE_CATEGORIES.get(unicodedata.category(char))
         if what is not None:
             return f"contains {what} (U+{ord(char):04X})"
+    if raw and not _visible(raw):
+        return "has nothing visible in it"
     return None
+
+
+def _visible(raw: str) -> str:
+    """``raw`` in NFKC with its invisible characters and white space removed."""
+    return "".join(
+        c
+        for c in unicodedata.normalize("NFKC", raw)
+        if not (c.isspace() or c in _BLANKS or _invisible(c))
+    )
 
 
 def object_name(raw: str) -> str:
@@ -118,8 +132,12 @@ def object_name(raw: str) -> str:
 
 def object_form(raw: str) -> str:
     """The one normal form names are compared in: :func:`object_name`, case folded (and
-    NFKC again, as folding can leave a character that NFKC would change)."""
-    return unicodedata.normalize("NFKC", object_name(raw).casefold())
+    NFKC again, as folding can leave a character that NFKC would change), with no white
+    space at all. A space that shows no width (U+200B) can sit anywhere in a word, so
+    white space never tells two names apart: ``Ada Lovelace``, ``AdaLovelace`` and
+    ``Ada Love\u200blace`` are one name. Merging two names is the safe side for a guard."""
+    folded = unicodedata.normalize("NFKC", object_name(raw).casefold())
+    return "".join(c for c in folded if not (c.isspace() or c in _BLANKS))
 
 
 def object_key(raw: str) -> str:

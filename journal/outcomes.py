@@ -150,6 +150,22 @@ def classify(
                 message=message,
                 bug=True,
             )
+        case Reply(status=status, code=code, message=message) if (
+            status in MISCONFIGURED_STATUSES or (status == 404 and code not in OBJECT_MISSING_CODES)
+        ) and earlier_attempt:
+            # Refused before the provider's idempotency layer (its authentication, its
+            # routing, a proxy): it says nothing about the earlier attempt, which may have
+            # landed. A person must fix our side; the step stays open for a lookup after.
+            return Outcome.unknown(
+                f"the provider refused our retry, not the action (HTTP {status}"
+                + (f" {code}" if code else "")
+                + "), and an earlier attempt may have acted; our side is misconfigured (a "
+                "key, an address)",
+                status=status,
+                code=code,
+                message=message,
+                misconfigured=True,
+            )
         case Reply(status=status, code=code, message=message) if status in (
             MISCONFIGURED_STATUSES
         ) or (status == 404 and code not in OBJECT_MISSING_CODES):

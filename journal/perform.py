@@ -98,6 +98,21 @@ def step_perform(
                 "provider",
             ),
         )
+    elif outcome.data.get("misconfigured"):
+        # Our retry was refused before the provider looked at it; the first attempt may have
+        # acted. Retrying cannot help until a person fixes our side: then a lookup settles it.
+        step_mark_unknown(
+            lease=lease,
+            step=step,
+            outcome=outcome,
+            next_check_in=None,
+            extra=[ended],
+            give_up=(
+                Attention.MISCONFIGURED,
+                f"step {step.key} ({step.tool}): {outcome.detail}. Fix the configuration, then "
+                "resume the task: the step is looked up again, never sent under a new key",
+            ),
+        )
     else:
         _unknown(lease=lease, step=step, outcome=outcome, policy=policy, extra=[ended])
     return outcome

@@ -331,11 +331,10 @@ def _guard_refusal(
             .first()
         )
     else:
-        holder = (
-            Step.objects.filter(guard_key=guard_key, state__in=STANDING_STATES)
-            .order_by("-state")  # unknown / pending before done: a live one explains best
-            .first()
-        )
+        standing = Step.objects.filter(guard_key=guard_key, state__in=STANDING_STATES)
+        if constraint == ONCE_CONSTRAINT:
+            standing = standing.filter(once=True, offset_by__isnull=True)  # not an undone one
+        holder = standing.order_by("-state").first()  # unknown / pending before done
     if holder is None:  # it settled or was undone meanwhile: the decision may be made again
         return (
             Refusal.IN_FLIGHT,

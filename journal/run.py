@@ -141,12 +141,21 @@ def task_unbuildable(*, task_id: UUID, owner: str, reason: str) -> Advance:
     """A run that could not even be built (its planner or its tools: an unknown setting, a
     missing key, an import that fails) hands its task to a person, under the task's lease,
     like any other failure, and counts as a failed run. A task that was not due to advance
-    (over, held, waiting for later) is left as it is."""
+    (over, held, waiting for later) is left as it is, and nothing is counted."""
     lease = lease_acquire(task_id=task_id, owner=owner)
     if lease is None:
         return Advance("busy")
+    row = lease.task or {}
+    due = row.get("status") == TaskStatus.RUNNABLE or (
+        row.get("status") == TaskStatus.WAITING
+        and row.get("wake_at") is not None
+        and row["wake_at"] <= row["db_now"]
+    )
+    if not due:
+        _release(lease, clean=True)
+        return Advance(str(row.get("status") or "busy"))
     try:
-        flagged = task_transition(
+        task_transition(
             lease=lease,
             task_id=task_id,
             to=TaskStatus.NEEDS_HUMAN,
@@ -157,7 +166,7 @@ def task_unbuildable(*, task_id: UUID, owner: str, reason: str) -> Advance:
     except LeaseLost:
         return Advance("busy")
     _release(lease, clean=False)  # the run failed: it stays counted in failed_runs
-    return Advance("needs_human" if flagged else "busy")
+    return Advance("needs_human")
 
 
 def _run(
@@ -318,11 +327,14 @@ def _advance(
         elif blocked is not None:
             holder_check = _live_holder(blocked)
             if holder_check is not None:
-                poll = now + timedelta(seconds=_first_delay(policy))
-                until = max(poll, holder_check) if isinstance(holder_check, datetime) else poll
                 _wait(
                     lease,
-                    until=until,
+                    until=blocked_until(
+                        refused_at=blocked.settled_at,
+                        holder_next=holder_check,
+                        now=now,
+                        policy=policy,
+                    ),
                     why=f"step {blocked.refused_by}, another effect on the same object, to settle",
                 )
                 return Advance("waiting", performed)
@@ -545,7 +557,16 @@ def _unwind(
         )
         return "compensated"
     if isinstance(nxt, UndoFailed):
-        raise _Handover(Attention.COMPENSATION_FAILED, nxt.why)
+        last = nxt.last
+        if last is None or not last.misconfigured:
+            raise _Handover(Attention.COMPENSATION_FAILED, nxt.why)
+        if not _resumed_since(lease.task_id, last):
+            raise _Handover(
+                Attention.MISCONFIGURED,
+                f"{nxt.why}. The provider refused us, not the undo: fix the configuration, "
+                "then resume the task: the undo is made again",
+            )
+        nxt = Undo(nxt.target, last.retries + 1)  # it provably did nothing: a new key
     if isinstance(nxt, UndoLater):
         if nxt.due > now:
             _wait(lease, until=nxt.due, why=f"a retry of the undo of step {nxt.target.key}")
@@ -633,7 +654,7 @@ def _misconfigured(facts: TaskFacts, policy: Policy) -> StepFact | None:
     last = facts.steps[-1]
     if last.state != StepState.NOT_DONE or not last.misconfigured or last.refusal:
         return None
-    if last.transient and last.retries < len(policy.transient_retry_delays):
+    if last.transient and _transient_streak(facts) <= len(policy.transient_retry_delays):
         return None
     return last
 
@@ -661,14 +682,44 @@ def _blocked(facts: TaskFacts) -> StepFact | None:
 
 
 def _live_holder(blocked: StepFact) -> datetime | bool | None:
-    """Whether the step that stood in ``blocked``'s way is still open: its next lookup time
-    (or True when none is set: it is in flight), or None once it has settled."""
+    """Whether the step that stood in ``blocked``'s way is still open: its next lookup time,
+    or True when none is coming at a known time (it is in flight, or its task is with a
+    person), or None once it has settled."""
     if not blocked.refused_by:
         return None  # it settled a moment before the refusal was written: decide again
-    row = Step.objects.filter(key=blocked.refused_by).values_list("state", "next_check_at").first()
+    row = (
+        Step.objects.filter(key=blocked.refused_by)
+        .values_list("state", "next_check_at", "task__status")
+        .first()
+    )
     if row is None or row[0] not in LIVE_STATES:
         return None
-    return row[1] or True
+    state, next_check_at, status = row
+    if status not in (TaskStatus.RUNNABLE, TaskStatus.WAITING):
+        return True  # with a person (or held): no lookup is coming at a known time
+    return next_check_at or True
+
+
+# The least a blocked task waits before it looks again (a policy with no delays would spin).
+MIN_BLOCKED_WAIT = 0.05
+
+
+def blocked_until(
+    *,
+    refused_at: datetime | None,
+    holder_next: datetime | bool,
+    now: datetime,
+    policy: Policy,
+) -> datetime:
+    """When a task blocked by another task's live effect looks again: backing off — it waits
+    as long as it has waited already, at least the first lookup delay and at most the last —
+    and never before the holder's own next lookup (``holder_next``, or True when it has
+    none: in flight, or with a person). Pure."""
+    waited = (now - refused_at).total_seconds() if refused_at is not None else 0.0
+    longest = max(policy.lookup_schedule) if policy.lookup_schedule else 1.0
+    delay = min(max(_first_delay(policy), waited, MIN_BLOCKED_WAIT), max(longest, MIN_BLOCKED_WAIT))
+    until = now + timedelta(seconds=delay)
+    return max(until, holder_next) if isinstance(holder_next, datetime) else until
 
 
 def _first_delay(policy: Policy) -> float:
@@ -682,9 +733,23 @@ def _transient_retry(facts: TaskFacts, policy: Policy) -> tuple[StepFact, dateti
     last = facts.steps[-1]
     if last.state != StepState.NOT_DONE or not last.transient or last.refusal:
         return None
-    if last.retries >= len(policy.transient_retry_delays) or last.settled_at is None:
+    tries = _transient_streak(facts)
+    if tries > len(policy.transient_retry_delays) or last.settled_at is None:
         return None
-    return last, last.settled_at + timedelta(seconds=policy.transient_retry_delays[last.retries])
+    return last, last.settled_at + timedelta(seconds=policy.transient_retry_delays[tries - 1])
+
+
+def _transient_streak(facts: TaskFacts) -> int:
+    """How many times in a row, up to the last step, the same call could not be sent: the
+    harness's retries of it so far, plus one (other re-issues do not count against it)."""
+    last = facts.steps[-1]
+    streak = 0
+    for step in reversed(facts.steps):
+        same = step.tool == last.tool and step.args == last.args
+        if not (same and step.state == StepState.NOT_DONE and step.transient):
+            break
+        streak += 1
+    return streak
 
 
 def _wait(lease: Lease, *, until: datetime, why: str) -> None:

@@ -81,10 +81,12 @@ class UndoLater:
 
 @dataclass(frozen=True)
 class UndoFailed:
-    """The undo of ``target`` did not happen and will not by itself: a person must act."""
+    """The undo of ``target`` did not happen and will not by itself: a person must act.
+    ``last`` is the undo that did not happen."""
 
     target: StepFact
     why: str
+    last: StepFact | None = None
 
 
 UndoNext = Undo | UndoLater | UndoFailed | None
@@ -118,6 +120,7 @@ def next_undo(steps: Sequence[StepFact], policy: Policy) -> UndoNext:
             target,
             f"the undo of step {target.key} ({target.tool}) by {last.tool} did not happen: "
             f"{last.detail}; the effect still stands",
+            last,
         )
     return None
 

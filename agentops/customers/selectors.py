@@ -9,6 +9,7 @@ from enum import StrEnum
 from django.db.models import Q
 
 from agentops.money import money_text
+from journal.keys import UnsafeName, object_key
 from journal.models import Step, Task
 from journal.outcomes import LIVE_STATES, StepState
 from journal.protocols import GUARD_REFUSALS
@@ -42,13 +43,17 @@ class Payment:
 
 def payment_of(*, invoice: str) -> Payment | None:
     """The state of the invoice's payment, from the journal; None when no task knows it."""
+    try:
+        charged = object_key(f"charge:{invoice}")  # the guards' own normal form
+    except UnsafeName:
+        return None
     tasks = Task.objects.filter(
-        Q(refs__invoice__iexact=invoice) | Q(steps__guard__iexact=f"charge:{invoice}")
+        Q(refs__invoice__iexact=invoice) | Q(steps__guard_key=charged)
     ).distinct()
     if not tasks.exists():
         return None
     charge = (
-        Step.objects.filter(tool="charge_customer", guard__iexact=f"charge:{invoice}")
+        Step.objects.filter(tool="charge_customer", guard_key=charged)
         .exclude(refusal__in=GUARD_REFUSALS)
         .order_by("-created_at", "-n")
         .first()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,11 @@ def planner_get(tools: Mapping[str, Any]) -> Planner:
 
         _scripted = _scripted or ScriptedPlanner()
         return _scripted
+    if name in ("anthropic", "openai"):
+        # The SDKs build without a key and fail only when asked: say so now.
+        setting = f"{name.upper()}_API_KEY"
+        if not (getattr(settings, setting) or os.environ.get(setting)):
+            raise ValueError(f"PLANNER={name} needs {setting}")
     if name == "anthropic":
         from agentops.planners.anthropic import AnthropicPlanner
 

@@ -9,15 +9,20 @@
   stops this migration at the unique index: a person decides which stands.
 - **A step is born pending or refused.** A call step is inserted ``pending`` (recorded, its
   first attempt about to leave: no outcome, not settled) or ``not_done`` with the refusal
-  code and sentence that kept it from running (no evidence); a finish step only ``done``,
-  with no tool, for a task that is over. Nothing is inserted ``done`` or ``unknown``.
+  code and sentence that kept it from running (no evidence), and only into a runnable task
+  under a live lease, numbered by the task's own count; a finish step only ``done``, with
+  no tool, for a task that is over. Nothing is inserted ``done`` or ``unknown``.
 - **An undo is what it says.** ``offset_by`` may be set only once, on a done step, to a
   ``done`` step of the same task that was recorded as the undo of this very step
   (``offsets``), with the tool this step declared as its undo.
 - ``journal_record`` takes the normal form with the name.
 - A new attention code, ``misconfigured``: the provider refused us, not the business action.
 
-Triggers bind the owner as well as the app role.
+Triggers bind the owner as well as the app role. Every journal function resolves tables in
+the schema it was made in, then ``pg_temp`` *last*: a temporary table of the same name (any
+role may make one unless refused; ``agentops/dbroles.py`` refuses it to the app) can never
+stand in for a journal table. Irreversible: its functions and triggers are what the code of
+this version expects; stop the workers before migrating.
 """
 
 from __future__ import annotations
@@ -27,6 +32,23 @@ from typing import Any
 from django.db import migrations, models
 
 from journal.keys import UnsafeName, object_key
+
+
+def _search_path(apps: Any, schema_editor: Any) -> None:
+    """Pin every journal function's search path: this schema, then pg_temp last."""
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT p.oid::regprocedure::text, current_schema()
+              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = current_schema() AND p.proname LIKE 'journal\\_%%'
+            """
+        )
+        for function, schema in cursor.fetchall():
+            quoted = schema_editor.quote_name(schema)
+            cursor.execute(
+                f"ALTER FUNCTION {function} SET search_path = pg_catalog, {quoted}, pg_temp"
+            )
 
 
 def _guard_keys(apps: Any, schema_editor: Any) -> None:
@@ -89,6 +111,14 @@ $$;
 
 CREATE FUNCTION journal_step_born() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF NEW.kind = 'call' AND NOT EXISTS (
+        SELECT 1 FROM journal_task t
+         WHERE t.id = NEW.task_id AND t.status = 'runnable' AND t.step_count = NEW.n
+           AND t.lease_expires_at > now()
+    ) THEN
+        RAISE EXCEPTION 'step %: a step is recorded only for a runnable task, by the holder of its lease, numbered by it', NEW.key
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     IF NEW.kind = 'call' AND NEW.state = 'pending' THEN
         IF NEW.outcome IS DISTINCT FROM '{}'::jsonb OR NEW.detail <> '' OR NEW.refusal <> ''
            OR NEW.settled_at IS NOT NULL OR NEW.offset_by_id IS NOT NULL
@@ -195,7 +225,7 @@ class Migration(migrations.Migration):
                 null=True,
             ),
         ),
-        migrations.RunPython(_guard_keys, migrations.RunPython.noop),
+        migrations.RunPython(_guard_keys),
         migrations.AddConstraint(
             model_name="step",
             constraint=models.UniqueConstraint(
@@ -242,5 +272,6 @@ class Migration(migrations.Migration):
                 max_length=30,
             ),
         ),
-        migrations.RunSQL(RULES, migrations.RunSQL.noop),
+        migrations.RunSQL(RULES),
+        migrations.RunPython(_search_path),
     ]

@@ -39,13 +39,12 @@ Refused = (psycopg.errors.InsufficientPrivilege, psycopg.errors.RaiseException)
 DECLINED = "pm_card_chargeDeclined"
 
 
-def _settled_step() -> Step:
+def _settled_step(undo: str | None = None) -> Step:
     task = task_create(kind="renewal", goal="charge the invoice", refs={"invoice": invoice()})
     lease = lease_acquire(task_id=task.pk, owner="t")
     assert lease is not None
-    step = step_record(
-        lease=lease, decision=charge(invoice()), tools={"charge": ChargeTool(Provider())}
-    )
+    tool = ChargeTool(Provider(), compensation=undo)
+    step = step_record(lease=lease, decision=charge(invoice()), tools={"charge": tool})
     step_settle(step_id=step.pk, outcome=Outcome.done({"id": "pi_real"}), via="test", lease=lease)
     return Step.objects.get(pk=step.pk)
 
@@ -261,6 +260,8 @@ FORGED_STEPS = {
     ),
     "refusal without its code": ("not_done", "", '{"proof": "declined"}', "now()"),
     "pending with an outcome": ("pending", "", '{"evidence": {"charge": "ch_FORGED"}}', "NULL"),
+    # Even as a step about to be attempted: the task is over and no lease is held.
+    "pending, into a finished task": ("pending", "", "{}", "NULL"),
 }
 
 
@@ -270,7 +271,9 @@ def test_a_step_is_never_born_settled(
     app_sql: psycopg.Connection[tuple[object, ...]], forged: str
 ) -> None:
     """The attack: insert a charge step already ``done`` (with a receipt) for a task that
-    finished without paying; the customer's page would then say Paid."""
+    finished without paying; the customer's page would then say Paid. (What stays open to
+    these credentials is the app's own job, in several journaled statements: take a task's
+    lease and settle a step in flight with made-up evidence — docs/design.md §4.)"""
     inv = invoice()
     task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv, payment_method=DECLINED))
     assert run(task).stopped == "finished"
@@ -313,3 +316,32 @@ def test_a_finish_step_is_written_only_as_its_task_ends(
                 [task.pk, tool, args, str(task.pk)],
             )
     assert not Step.objects.filter(task=task).exists()
+
+
+def test_no_temporary_table_can_stand_in_for_a_journal_table(
+    app_sql: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    """A temporary ``journal_step`` holding a made-up undo would be searched before the real
+    one by a function that does not pin its search path. The app may make none, and the
+    journal's functions look in pg_temp last, so not even the owner's temporary table
+    counts."""
+    paid = _settled_step(undo="refund")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        app_sql.execute("CREATE TEMP TABLE journal_step (id bigint)")
+    params = owner_connection().get_connection_params()
+    with psycopg.connect(**params) as owner:
+        owner.execute(
+            "CREATE TEMP TABLE journal_step (id bigint, task_id uuid, offsets_id bigint, "
+            "state text, kind text, tool text)"
+        )
+        owner.execute(
+            "INSERT INTO journal_step VALUES (%s, %s, %s, 'done', 'call', %s)",
+            [paid.pk, paid.task_id, paid.pk, paid.undo_tool],
+        )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="recorded as its undo"):
+            owner.execute(
+                "UPDATE public.journal_step SET offset_by_id = %s WHERE id = %s",
+                [paid.pk, paid.pk],
+            )
+        owner.rollback()
+    assert Step.objects.get(pk=paid.pk).offset_by_id is None

@@ -23,13 +23,13 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from agentops.customers.selectors import PaymentState, payment_of
-from agentops.runner import task_resume, task_run, task_start
+from agentops.runner import steps_reconcile_now, task_resume, task_run, task_start
 from journal.models import Step, Task
 from journal.policy import Policy
 from tests.agentops.test_business_effects import charges_of, renewal_refs, run
 from tests.agentops.workers import quiet_world
 from tests.journal.support import invoice
-from tests.sandbox.fixtures import SandboxHandle
+from tests.sandbox.fixtures import SandboxHandle, wait_for
 
 pytestmark = pytest.mark.usefixtures("committed", "clean_faults")
 
@@ -151,3 +151,47 @@ def test_an_unbuildable_runner_hands_the_task_to_a_person_as_one_failed_run(
     # Fixed and resumed: it runs.
     task_resume(task_id=task.pk, actor="ops", reason="PLANNER fixed")
     assert task_run(task_id=task.pk).stopped == "finished"
+
+
+def test_a_refusal_of_our_retry_is_not_taken_for_not_done_and_the_fix_charges_once(
+    world: dict[str, Any], payments_sandbox: SandboxHandle
+) -> None:
+    """The charge lands but its reply is lost; then the key is revoked. The retry's 401 says
+    nothing about the first attempt: the step stays unknown, and after the fix the lookup
+    finds the first charge. Before, the step was settled not_done and the fix charged the
+    invoice a second time."""
+    inv = invoice()
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
+    payments_sandbox.client.fault("payment_intents.create", "latency_after_effect", delay=1.5)
+    later = Policy(lookup_schedule=(30.0, 0.0), transient_retry_delays=(0.0,), max_steps=10)
+    assert run(task, policy=later).stopped == "waiting"
+    wait_for(lambda: charges_of(payments_sandbox, inv), what="the slow charge to land")
+    # Revoked, the key cannot even look it up, so the harness retries with the same key.
+    steps_reconcile_now(step_ids=[Step.objects.get(task=task, n=1).pk], actor="test")
+    with override_settings(STRIPE_API_KEY="sk_live_revoked_long_ago"):
+        assert run(task, policy=POLICY).stopped == "needs_human"
+    flagged = Task.objects.get(pk=task.pk)
+    assert flagged.attention_code == "misconfigured"
+    step = Step.objects.get(task=task, n=1)
+    assert step.state == "unknown" and step.attempts == 2
+
+    task_resume(task_id=task.pk, actor="ops", reason="key rotated back")
+    assert run(task, policy=POLICY).stopped == "finished"
+    assert Step.objects.get(pk=step.pk).state == "done"
+    assert not Step.objects.filter(task=task, tool="charge_customer", n__gt=1).exists()
+    assert [c["status"] for c in charges_of(payments_sandbox, inv)] == ["succeeded"]
+
+
+@override_settings(TOOL_TIMEOUT_SECONDS=1.0)
+@pytest.mark.parametrize("planner", ["anthropic", "openai"])
+def test_a_model_planner_without_its_key_is_refused_at_start_up(
+    planner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(f"{planner.upper()}_API_KEY", raising=False)
+    with (
+        override_settings(PLANNER=planner, **{f"{planner.upper()}_API_KEY": ""}),
+        pytest.raises(SystemCheckError, match=f"needs {planner.upper()}_API_KEY"),
+    ):
+        call_command("check")
+    with override_settings(PLANNER=planner, **{f"{planner.upper()}_API_KEY": "k"}):
+        call_command("check")

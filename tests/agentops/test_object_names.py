@@ -135,6 +135,7 @@ def test_long_names_differing_at_their_end_have_different_keys() -> None:
         ("Ada\x85Lovelace", "control character"),
         ("Ada\ue000Lovelace", "private-use"),
         ("Ada\U000e0041Lovelace", None),  # a tag character: invisible, removed
+        ("\u2060\u200b", "nothing visible"),  # would name nothing once normalised
     ],
 )
 def test_names_that_cannot_be_normalised_safely_are_refused_at_the_door(

@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 from django.test import override_settings
 
 from agentops.runner import task_start
-from journal.models import Entry, EntryKind, Step, Task
+from journal.models import Attention, Entry, EntryKind, Step, Task
 from journal.policy import Policy
+from journal.status import task_flag
 from tests.agentops.test_business_effects import charges_of, renewal_refs, run
 from tests.agentops.workers import quiet_world
 from tests.journal.support import invoice
@@ -142,3 +144,41 @@ def test_a_renewal_waits_for_an_unknown_charge_and_finishes_when_it_is_found_don
         if m["params"]["headers"]["X-Agentops-Reference"] == inv
     ]
     assert len(receipts) == 1
+
+
+@pytest.mark.usefixtures("world")
+def test_a_renewal_blocked_by_a_charge_with_a_person_backs_off_instead_of_spinning(
+    payments_sandbox: SandboxHandle,
+) -> None:
+    """The first charge is unknown and its task went to a person: nothing will look it up
+    until they act. The second renewal waits, longer each time, never in a tight loop."""
+    inv = invoice()
+    first = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
+    payments_sandbox.client.fault("payment_intents.create", "latency_after_effect", delay=1.5)
+    one_round = Policy(lookup_schedule=(30.0,), max_steps=10)
+    assert run(first, policy=one_round).stopped == "waiting"
+    task_flag(task_id=first.pk, code=Attention.PARKED, reason="an operator looks into it")
+
+    backing_off = Policy(lookup_schedule=(0.2, 0.4, 0.8), max_steps=10)
+    second = task_start(kind="renewal", goal="renew again", refs=renewal_refs(inv))
+    waits = []
+    for _ in range(3):
+        wait_for(
+            lambda: (
+                run(second, policy=backing_off).stopped == "waiting"
+                and Task.objects.get(pk=second.pk).wake_at is not None
+            ),
+            what="the blocked renewal to wait",
+        )
+        task = Task.objects.get(pk=second.pk)
+        assert task.wake_at is not None
+        waits.append(task.wake_at)
+        wait_for(
+            lambda: Task.objects.filter(pk=second.pk, wake_at__lte=Now()).exists(),
+            timeout=5,
+            what="its wake-up time",
+        )
+    gaps = [(b - a).total_seconds() for a, b in zip(waits, waits[1:], strict=False)]
+    assert all(gap >= 0.2 for gap in gaps), gaps
+    assert Step.objects.filter(task=second, tool="charge_customer").count() == 1
+    assert Task.objects.get(pk=second.pk).status == "waiting"

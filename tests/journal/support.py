@@ -77,6 +77,7 @@ BEHAVIOURS = (
     "timeout_after",  # the provider acts; the reply never arrives
     "error_500_after",  # the provider acts, then answers 500
     "rate_limited",  # 429: nothing happens, the answer is not a refusal
+    "unauthorized",  # 401 before the provider looked: nothing happens now, our side is wrong
     "crash_before",  # the worker dies after recording, before the call leaves
     "crash_after",  # the worker dies after the provider acted, before settling
 )
@@ -136,6 +137,8 @@ class ChargeTool:
             return Interrupted("ReadTimeout", "no reply within 5 s")
         if behaviour == "rate_limited":
             return Reply(429, code="rate_limit")
+        if behaviour == "unauthorized":  # refused before the provider looked: our key
+            return Reply(401, code="authentication_error")
         result = self.provider.apply(key, args, decline=behaviour == "refuse")
         if isinstance(result, Reply):
             return result

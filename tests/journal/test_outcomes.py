@@ -26,7 +26,7 @@ def test_2xx_is_done_with_evidence(status: int) -> None:
     ],
 )
 def test_refusal_4xx_is_not_done_with_proof(status: int, code: str) -> None:
-    outcome = classify(Reply(status, code=code, message="no"), earlier_attempt=True)
+    outcome = classify(Reply(status, code=code, message="no"), earlier_attempt=False)
     assert outcome.state == StepState.NOT_DONE
     assert outcome.data["status"] == status
     assert str(status) in outcome.data["proof"]
@@ -116,3 +116,21 @@ def test_a_request_never_sent_for_a_lasting_reason_is_marked_ours(error: str, ou
     outcome = classify(NotSent(error), earlier_attempt=False)
     assert outcome.state == StepState.NOT_DONE and outcome.data["transient"] is True
     assert bool(outcome.data.get("misconfigured")) is ours
+
+
+@pytest.mark.parametrize(("status", "code"), [(401, ""), (403, ""), (421, ""), (404, "")])
+def test_a_refusal_of_our_retry_proves_nothing_about_the_earlier_attempt(
+    status: int, code: str
+) -> None:
+    """Refused before the provider's idempotency layer (authentication, routing, a proxy):
+    the earlier attempt may have landed."""
+    outcome = classify(Reply(status, code=code), earlier_attempt=True)
+    assert outcome.state == StepState.UNKNOWN
+    assert outcome.data["misconfigured"] is True
+
+
+@pytest.mark.parametrize(("status", "code"), [(402, "card_declined"), (404, "resource_missing")])
+def test_a_refusal_of_the_action_on_a_retry_is_still_not_done(status: int, code: str) -> None:
+    """Answered by the provider itself, behind its idempotency layer: the key's first use, if
+    it had landed, would have been replayed instead."""
+    assert classify(Reply(status, code=code), earlier_attempt=True).state == StepState.NOT_DONE
