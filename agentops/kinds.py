@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentops.money import money_text
-from agentops.tools import tool_registry
+from agentops.tools import tool_registry, tools_wrapped
 from agentops.tools.base import FORMATS, NO_CONTROL, SchemaTool, StrictValidator
 from agentops.tools.email import EMAIL_PATTERN
 from journal.keys import UnsafeName, name_problem, object_key, same_object
@@ -607,9 +607,9 @@ class KindRules:
 
 
 def tools_for(task: Task) -> dict[str, SchemaTool]:
-    """The tools this task's kind may use."""
+    """The tools this task's kind may use, through the TOOL_WRAPPERS."""
     kind = kind_get(task.kind)
-    return {name: tool for name, tool in tool_registry().items() if name in kind.tools}
+    return tools_wrapped({n: tool for n, tool in tool_registry().items() if n in kind.tools})
 
 
 def rules_for(task: Task) -> KindRules:

@@ -25,7 +25,6 @@ import django_rq
 from django.conf import settings
 from django.db import transaction
 
-from agentops.chaos import chaos_tools
 from agentops.kinds import (
     TaskRefused,
     kind_get,
@@ -137,7 +136,7 @@ def task_run(*, task_id: UUID) -> Advance:
     task = Task.objects.get(pk=task_id)
     owner = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        tools = chaos_tools(tools_for(task))
+        tools = tools_for(task)
         planner, policy, rules = planner_get(tools), task_policy(task), rules_for(task)
     except Exception as exc:  # a setting, a key, an import: never a crash loop nobody sees
         log.exception("task %s: its runner could not be built", task_id)

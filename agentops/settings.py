@@ -83,6 +83,11 @@ INSTALLED_APPS = [
     "agentops.operators",
     "agentops.customers",
 ]
+# The development tools (devtools/: the chaos run, the benchmark) are not shipped; their
+# commands (`manage.py chaos`, `manage.py bench`) exist only where this is set, as the
+# launcher's `chaos` and `bench` commands set it. A production process never imports them.
+if _env_bool("AGENTOPS_DEVTOOLS", False):
+    INSTALLED_APPS.append("devtools")
 
 AUTHENTICATION_BACKENDS = [
     # First, so a locked-out address is refused before any password is checked.
@@ -197,12 +202,12 @@ SWEEP_GRACE_SECONDS = _env_float("SWEEP_GRACE_SECONDS", 30.0)
 # doubles from SWEEP_GRACE_SECONDS up to this: a queue that waits for stalled workers does not
 # fill with copies of one run, and a lost job is still found again.
 SWEEP_BACKOFF_MAX_SECONDS = _env_float("SWEEP_BACKOFF_MAX_SECONDS", 600.0)
-# Fault injection for the chaos run and the worker tests only: "<point>:<tool>" makes the
-# worker kill itself (SIGKILL) there. Points: before_call, during_call, after_call.
-CHAOS_KILL = os.environ.get("AGENTOPS_CHAOS_KILL", "")
-# The chaos run's naive harness only (agentops/chaos/naive.py): where its workers write what
-# each naive task did and claimed. Its workers are the only ones that run its job.
-CHAOS_NAIVE_DIR = os.environ.get("AGENTOPS_CHAOS_NAIVE_DIR", "")
+# Wrappers the runner's tools go through (agentops.tools.tools_wrapped), as dotted paths,
+# comma-separated. None in production: the chaos run arms its workers with a fault
+# (devtools.chaos.kill), and nothing else is meant to be here.
+TOOL_WRAPPERS = [
+    p.strip() for p in os.environ.get("AGENTOPS_TOOL_WRAPPERS", "").split(",") if p.strip()
+]
 
 # The journal (see journal/README.md). A task's lease lasts this long past its holder's last
 # journal write; it must exceed the longest tool call, so a live runner never loses it.

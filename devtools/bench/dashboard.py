@@ -16,8 +16,8 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from agentops.bench.stats import percentile
 from agentops.dbroles import OWNER_ALIAS
+from devtools.bench.stats import percentile
 
 SEED_TASKS = """
 INSERT INTO journal_task (id, kind, goal, refs, status, attention, attention_code, wake_at,

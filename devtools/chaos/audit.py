@@ -39,8 +39,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentops.chaos.naive import record_path
-from agentops.chaos.plan import Plan
+from devtools.chaos.naive import record_path
+from devtools.chaos.plan import Plan
 from journal.models import Entry, EntryKind, Step, StepKind, Task, TaskStatus
 from journal.outcomes import StepState
 from journal.selectors import task_facts

@@ -8,10 +8,10 @@ none), up to :data:`TRIES` times, then gives up and says it failed. Nothing look
 timed-out call did, nothing stops a second task from acting on the same invoice, and the
 loop's memory is the process's: a worker that dies takes its task with it.
 
-Each task writes what it did and what it claimed to ``CHAOS_NAIVE_DIR`` (a start marker, then
-a record) for the audit, which sets the claims against the providers' ledgers. The key of an
-attempt is ``naive:<task>:<n>:<attempt>``, so the audit can tell which intended action each
-effect belongs to.
+Each task writes what it did and what it claimed to the directory ``AGENTOPS_CHAOS_NAIVE_DIR``
+names (a start marker, then a record) for the audit, which sets the claims against the
+providers' ledgers. The key of an attempt is ``naive:<task>:<n>:<attempt>``, so the audit can
+tell which intended action each effect belongs to.
 
 Only :class:`NaiveWorker` runs its job: a production worker refuses it (agentops.workers).
 """
@@ -25,14 +25,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
-
-from agentops.chaos import chaos_tools
-from agentops.tools import tool_registry
+from agentops.tools import tool_registry, tools_wrapped
 from agentops.workers import AgentopsJob, AgentopsWorker
 from journal.outcomes import Interrupted, NotSent, Observation, Reply
 
-NAIVE_JOB = "agentops.chaos.naive.run_naive_task"
+NAIVE_JOB = "devtools.chaos.naive.run_naive_task"
+# Set by the chaos run for its naive workers only: where they write what each task did.
+NAIVE_DIR_VARIABLE = "AGENTOPS_CHAOS_NAIVE_DIR"
 TRIES = 3
 THINK_SECONDS = 0.2
 """How long the model takes to read an error and answer with a new call."""
@@ -235,7 +234,9 @@ def _always(args: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
 
 def run_naive_task(spec: str) -> str:
     """The naive harness's job: run one task (its spec, as JSON) the naive way."""
-    if not settings.CHAOS_NAIVE_DIR:
-        raise RuntimeError("AGENTOPS_CHAOS_NAIVE_DIR is not set: not a naive chaos worker")
-    tools = chaos_tools(dict(tool_registry()))
-    return NaiveLoop(json.loads(spec), tools, Path(settings.CHAOS_NAIVE_DIR)).run()
+    directory = os.environ.get(NAIVE_DIR_VARIABLE, "")
+    if not directory:
+        raise RuntimeError(f"{NAIVE_DIR_VARIABLE} is not set: not a naive chaos worker")
+    # Through the worker's tool wrappers, as the journal's runner: an armed worker dies too.
+    tools = tools_wrapped(tool_registry())
+    return NaiveLoop(json.loads(spec), tools, Path(directory)).run()

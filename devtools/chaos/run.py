@@ -1,10 +1,10 @@
 """The chaos run: the service ``manage.py chaos`` calls (README, "Proof: the chaos run").
 
-It starts the run's world (agentops.chaos.world), starts the plan's tasks at their moments,
+It starts the run's world (devtools.chaos.world), starts the plan's tasks at their moments,
 does the plan's faults at theirs, acts as the operator who approves (or rejects) held trips,
 clears the provider faults when the fault window ends, lets reconciliation run to its
 deadline, stops the workers, and audits the journal (or the naive loop's records) against
-the providers' ledgers (agentops.chaos.audit).
+the providers' ledgers (devtools.chaos.audit).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from django.db.models.functions import Now
 from django.test import override_settings
 from rq.worker import Worker
 
-from agentops.chaos.audit import (
+from agentops.runner import task_approve, task_reject, task_start
+from devtools.chaos.audit import (
     Hit,
     Ledgers,
     audit_journal,
@@ -37,10 +38,11 @@ from agentops.chaos.audit import (
     business_duplicates,
     faults_counted,
 )
-from agentops.chaos.naive import NAIVE_JOB, record_path, started_path
-from agentops.chaos.plan import Event, Plan, TaskSpec, plan_make
-from agentops.chaos.world import REPO, World, restartable_servers, stack_control, world_running
-from agentops.runner import task_approve, task_reject, task_start
+from devtools.chaos.naive import NAIVE_JOB, record_path, started_path
+from devtools.chaos.plan import Event, Plan, TaskSpec, plan_make
+from devtools.chaos.world import World, world_running
+from devtools.process import REPO
+from devtools.stack.control import restartable_servers, stack_control
 from journal.models import Approval, ApprovalState, Entry, Task, TaskStatus
 from journal.status import ADVANCING, FINAL
 
@@ -374,7 +376,7 @@ def chaos_run(
     out: TextIO | None = sys.stderr,
     time_limit: float = 540.0,
 ) -> dict[str, Any]:
-    """Run the chaos run and return its figures (see agentops.chaos.audit); ``ok`` is true
+    """Run the chaos run and return its figures (see devtools.chaos.audit); ``ok`` is true
     only when every figure in :data:`MUST_BE_ZERO` is zero."""
     if harness not in HARNESSES:
         raise ValueError(f"harness: {harness!r} is not one of {', '.join(HARNESSES)}")

@@ -6,85 +6,58 @@ it), RQ workers and, for the safe harness, the sweeper — real processes, each 
 process group, against the run's PostgreSQL and Redis. It supervises the workers as
 ``make run`` does (one that dies is started again) and breaks things on cue: a worker
 killed or stopped, a provider down. PostgreSQL and Redis belong to whoever started them:
-``scripts/stack.py`` restarts them when asked through its control socket
-(``AGENTOPS_STACK_CONTROL``); without one, those faults are skipped and said so.
+the launcher restarts them when asked through its control socket (devtools.stack.control);
+without one, those faults are skipped and said so. Processes are started, watched and
+stopped by devtools.process, as the launcher's are.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import os
 import secrets
 import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from django.conf import settings
-from django.db import connection
 
-from agentops.chaos.plan import Plan
 from agentops.workers import WORKER_ARGS
+from devtools.chaos.kill import KILL_VARIABLE, armed
+from devtools.chaos.naive import NAIVE_DIR_VARIABLE
+from devtools.chaos.plan import Plan
+from devtools.database import database_url
+from devtools.process import (
+    HOST,
+    Popen,
+    ProcessError,
+    Supervised,
+    accepts_tcp,
+    end,
+    free_port,
+    signal_group,
+    spawn,
+    wait_until,
+)
+from devtools.sandboxes import SandboxHandle, sandbox_spawn, sandboxes_ready, sandboxes_stop
+from devtools.stack.control import CONTROL_VARIABLE
 from sandbox.client import SandboxClient
 
-REPO = Path(__file__).resolve().parents[2]
-HOST = "127.0.0.1"
 STARTUP_SECONDS = 30.0
-CONTROL_VARIABLE = "AGENTOPS_STACK_CONTROL"
 PROVIDERS = ("payments", "mail", "bookings")
-NAIVE_WORKER_CLASS = "agentops.chaos.naive.NaiveWorker"
-# What a sandbox process inherits: it is a third party and gets none of our credentials.
-SANDBOX_ENVIRONMENT = frozenset({"PATH", "LANG", "LC_ALL", "TZ", "VIRTUAL_ENV"})
+NAIVE_WORKER_CLASS = "devtools.chaos.naive.NaiveWorker"
 
 
 T = TypeVar("T")
 
 
-class WorldError(Exception):
+class WorldError(ProcessError):
     """The world could not be set up; the message says what and where to look."""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def database_url() -> str:
-    """The app's own database, as this process is connected to it (the test database too)."""
-    s = connection.settings_dict
-    password = f":{s['PASSWORD']}" if s["PASSWORD"] else ""
-    return f"postgres://{s['USER']}{password}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
-
-
-def stack_control(request: str, timeout: float = 120.0) -> dict[str, Any] | None:
-    """Ask ``scripts/stack.py`` (when it runs us) to act on its servers; None without it."""
-    path = os.environ.get(CONTROL_VARIABLE, "")
-    if not path:
-        return None
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(path)
-            sock.sendall(request.encode() + b"\n")
-            reply = sock.makefile("r").readline()
-        except OSError as exc:
-            return {"ok": False, "error": f"the stack's control socket: {exc}"}
-    answer: dict[str, Any] = json.loads(reply) if reply else {"ok": False, "error": "no reply"}
-    return answer
-
-
-def restartable_servers() -> set[str]:
-    """The servers this run may restart: those ``scripts/stack.py`` started for it."""
-    answer = stack_control("servers", timeout=5.0)
-    return set(answer.get("servers", [])) if answer and answer.get("ok") else set()
 
 
 @dataclass
@@ -92,13 +65,17 @@ class Slot:
     """One worker position: the process in it now, and what the next one is started with."""
 
     index: int
-    proc: subprocess.Popen[bytes] | None = None
+    supervised: Supervised | None = None
     armed: str = ""
     """The AGENTOPS_CHAOS_KILL the process in it was started with."""
     arm_next: str = ""
     killed: bool = False
     """Its process was killed by the run (not a death of its own)."""
     stopped_until: float | None = None
+
+    @property
+    def proc(self) -> Popen | None:
+        return self.supervised.proc if self.supervised is not None else None
 
 
 @dataclass(frozen=True)
@@ -119,7 +96,8 @@ class World:
     harness: str
     workers: int
     workdir: Path
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    procs: dict[str, Popen] = field(default_factory=dict)
+    sandboxes: list[SandboxHandle] = field(default_factory=list)
     slots: list[Slot] = field(default_factory=list)
     providers: dict[str, SandboxClient] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
@@ -135,62 +113,64 @@ class World:
 
     # --- starting -----------------------------------------------------------------------
 
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Popen:
         # Logs and records are their owner's only, like everything under var/.
-        log = os.open(self.logs / f"{name}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            return subprocess.Popen(  # noqa: S603 - our own interpreter and modules
-                argv,
-                cwd=REPO,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Its own group: a kill takes RQ's scheduler (a forked child) along.
-                start_new_session=True,
-                umask=0o077,
-            )
-        finally:
-            os.close(log)
+        return spawn(argv, env=env, output=self.logs / f"{name}.log")
 
     def start(self) -> None:
         for directory in (self.workdir, self.logs, self.naive_dir):
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         world = self.plan.world
-        web_port = _free_port()
+        web_port = free_port()
         secret = "whsec_" + secrets.token_hex(24)
-        base = {k: v for k, v in os.environ.items() if k in SANDBOX_ENVIRONMENT}
-        urls: dict[str, str] = {}
         for name in PROVIDERS:
-            port = _free_port()
-            argv = [sys.executable, "-m", f"sandbox.{name}", "--port", str(port)]
-            argv += ["--key-lifetime", f"{world.key_lifetimes[name]:g}"]
-            env = dict(base)
+            args = ["--key-lifetime", f"{world.key_lifetimes[name]:g}"]
+            env = {}
             if name == "payments":
-                argv += ["--search-lag", f"{world.search_lag:g}"]
-                argv += ["--webhook-url", f"http://{HOST}:{web_port}/webhooks/stripe"]
+                args += ["--search-lag", f"{world.search_lag:g}"]
+                args += ["--webhook-url", f"http://{HOST}:{web_port}/webhooks/stripe"]
                 env["SANDBOX_WEBHOOK_SECRET"] = secret
-            self.procs[name] = self._spawn(name, argv, env)
-            urls[name] = f"http://{HOST}:{port}"
-            self.providers[name] = SandboxClient(urls[name], timeout=10.0)
-        for name, client in self.providers.items():
-            self._wait(name, client.health)
+            handle = sandbox_spawn(
+                name, *args, env=env, output=self.logs / f"{name}.log", client_timeout=10.0
+            )
+            self.sandboxes.append(handle)
+            self.providers[name] = handle.client
+        self._ready(lambda: sandboxes_ready(*self.sandboxes, timeout=STARTUP_SECONDS))
         self.providers["payments"].config(**world.webhook)
         self.providers["bookings"].config(
             full_hotels=self.plan.full_hotels, hold_expiry=world.hold_expiry
         )
-        self.env = self._app_env(urls, secret)
+        self.env = self._app_env({h.name: h.url for h in self.sandboxes}, secret)
         web = [sys.executable, "-m", "gunicorn", "--config", "python:agentops.gunicorn_conf"]
         web += ["--bind", f"{HOST}:{web_port}"]
-        self.procs["web"] = self._spawn("web", web, {**self.env, "WEB_CONCURRENCY": "1"})
-        self._wait("web", lambda: _accepts(web_port))
+        proc = self.procs["web"] = self._spawn("web", web, {**self.env, "WEB_CONCURRENCY": "1"})
+        self._ready(
+            lambda: wait_until(
+                lambda: accepts_tcp(web_port, timeout=0.5),
+                what="the web app",
+                timeout=STARTUP_SECONDS,
+                proc=proc,
+            )
+        )
         if self.harness == "safe":
             sweep = [sys.executable, "manage.py", "sweep"]
             sweep += ["--interval", f"{world.sweep_interval:g}"]
             self.procs["sweeper"] = self._spawn("sweeper", sweep, self.env)
         self.slots = [Slot(i) for i in range(self.workers)]
         for slot in self.slots:
-            self._start_worker(slot)
+            # A dead worker is started again at once: the run's faults are what it measures.
+            slot.supervised = Supervised(
+                f"worker-{slot.index}",
+                functools.partial(self._start_worker, slot),
+                pauses=(0.0, 0.0),
+            )
+            slot.supervised.start()
+
+    def _ready(self, wait: Callable[[], None]) -> None:
+        try:
+            wait()
+        except ProcessError as error:
+            raise WorldError(f"{error}; see {self.logs}") from None
 
     def _app_env(self, urls: dict[str, str], secret: str) -> dict[str, str]:
         env = {
@@ -214,32 +194,30 @@ class World:
         }
         if len(env["DJANGO_SECRET_KEY"]) < 50:
             env["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
-        # The app's role only, as in production; and no fault armed unless the run arms it.
-        for name in ("DATABASE_OWNER_URL", "AGENTOPS_CHAOS_KILL", CONTROL_VARIABLE):
+        # The app's role only, as in production; no development tools (no `manage.py chaos`
+        # in the app, no tool wrapper) and no fault armed unless the run arms it.
+        for name in (
+            "DATABASE_OWNER_URL",
+            CONTROL_VARIABLE,
+            "AGENTOPS_DEVTOOLS",
+            "AGENTOPS_TOOL_WRAPPERS",
+            KILL_VARIABLE,
+            NAIVE_DIR_VARIABLE,
+        ):
             env.pop(name, None)
         return env
 
-    def _start_worker(self, slot: Slot) -> None:
+    def _start_worker(self, slot: Slot) -> Popen:
         env = dict(self.env)
         argv = [sys.executable, "manage.py", *WORKER_ARGS]
         if self.harness == "naive":
             argv += ["--worker-class", NAIVE_WORKER_CLASS]
-            env["AGENTOPS_CHAOS_NAIVE_DIR"] = str(self.naive_dir)
+            env[NAIVE_DIR_VARIABLE] = str(self.naive_dir)
         slot.armed, slot.arm_next, slot.killed = slot.arm_next, "", False
         if slot.armed:
-            env["AGENTOPS_CHAOS_KILL"] = slot.armed
-        slot.proc = self._spawn(f"worker-{slot.index}", argv, env)
+            env.update(armed(slot.armed))
         self.started_workers += 1
-
-    def _wait(self, name: str, ready: Any) -> None:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while not ready():
-            proc = self.procs.get(name)
-            if proc is not None and proc.poll() is not None:
-                raise WorldError(f"{name} exited with {proc.returncode}; see {self.logs}")
-            if time.monotonic() > deadline:
-                raise WorldError(f"{name} was not ready in {STARTUP_SECONDS:g}s; see {self.logs}")
-            time.sleep(0.05)
+        return self._spawn(f"worker-{slot.index}", argv, env)
 
     def admin(self, provider: str, action: Callable[[SandboxClient], T]) -> T:
         """Ask a provider's admin API, waiting out a "down" the run itself caused (its
@@ -265,19 +243,16 @@ class World:
             if slot.stopped_until is not None and now >= slot.stopped_until:
                 self._signal(slot, signal.SIGCONT)
                 slot.stopped_until = None
-            proc = slot.proc
-            if proc is None or proc.poll() is None:
-                continue
-            code = proc.returncode
-            deaths.append(Death(slot.index, proc.pid, code, now, slot.armed, slot.killed))
-            self._signal(slot, signal.SIGKILL)  # what it left in its group
-            self._start_worker(slot)
+            assert slot.supervised is not None  # noqa: S101 - every slot is started
+            armed_with, killed = slot.armed, slot.killed  # the replacement resets them
+            dead = slot.supervised.check()
+            if dead is not None:
+                deaths.append(Death(slot.index, dead.pid, dead.returncode, now, armed_with, killed))
         return deaths
 
     def _signal(self, slot: Slot, signum: int) -> None:
         if slot.proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(slot.proc.pid, signum)
+            signal_group(slot.proc, signum)
 
     def _slot(self, pick: int) -> Slot:
         running = [s for s in self.slots if s.stopped_until is None] or self.slots
@@ -310,41 +285,18 @@ class World:
         for slot in self.slots:
             self._signal(slot, signal.SIGCONT)
             slot.stopped_until = None
-            self._signal(slot, signal.SIGKILL)
+        end(*(s.proc for s in self.slots if s.proc is not None), signum=signal.SIGKILL)
         sweeper = self.procs.pop("sweeper", None)
         if sweeper is not None:
-            _end(sweeper)
-        for slot in self.slots:
-            if slot.proc is not None:
-                slot.proc.wait(timeout=30)
+            end(sweeper)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.stop_workers()
-        for proc in self.procs.values():
-            _end(proc)
+        end(*self.procs.values())
         self.procs.clear()
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+        sandboxes_stop(*self.sandboxes, timeout=10.0)
+        self.sandboxes.clear()
 
 
 @contextlib.contextmanager

@@ -19,15 +19,15 @@ from django.db import connections
 from django.test import override_settings
 from rq.serializers import JSONSerializer
 
-from agentops.chaos.audit import Ledgers, audit_journal, audit_naive, business_duplicates
-from agentops.chaos.naive import NAIVE_JOB, NaiveJob, NaiveLoop, NaiveWorker
-from agentops.chaos.plan import plan_make
-from agentops.chaos.run import MUST_BE_ZERO, ChaosRefused, chaos_run
 from agentops.kinds import rules_for, tools_for
 from agentops.planners.scripted import ScriptedPlanner as Playbooks
 from agentops.runner import task_policy, task_start
 from agentops.tools import tool_registry
 from agentops.workers import AgentopsJob, AgentopsWorker
+from devtools.chaos.audit import Ledgers, audit_journal, audit_naive, business_duplicates
+from devtools.chaos.naive import NAIVE_JOB, NaiveJob, NaiveLoop, NaiveWorker
+from devtools.chaos.plan import plan_make
+from devtools.chaos.run import MUST_BE_ZERO, ChaosRefused, chaos_run
 from journal.models import Step
 from journal.run import task_advance
 from tests.agentops.workers import quiet_world

@@ -14,6 +14,7 @@ import django_rq
 import pytest
 
 from agentops.runner import task_start
+from devtools.chaos.kill import armed
 from journal.models import Entry, EntryKind, Step, Task
 from journal.selectors import task_facts
 from tests.agentops.workers import Fleet, restart_server
@@ -77,7 +78,7 @@ def test_a_worker_killed_at_each_boundary_loses_nothing_and_repeats_nothing(
     if point == "during_call":
         # The request is in flight for 1 s; the worker dies 0.1 s into it; the effect lands.
         payments_sandbox.client.fault("payment_intents.create", "latency_before_effect", delay=1.0)
-    doomed = fleet.worker(AGENTOPS_CHAOS_KILL=f"{point}:charge_customer")
+    doomed = fleet.worker(**armed(f"{point}:charge_customer"))
     task = renewal()
     assert doomed.wait(timeout=30) == -signal.SIGKILL
     charge = Step.objects.get(task=task, n=1)

@@ -94,7 +94,10 @@ def fleet(
         "SWEEP_GRACE_SECONDS": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    env.pop("AGENTOPS_CHAOS_KILL", None)
+    # Production workers: no development tools, no tool wrapper, no fault armed (a test arms
+    # one worker with devtools.chaos.kill.armed).
+    for name in ("AGENTOPS_DEVTOOLS", "AGENTOPS_TOOL_WRAPPERS", "AGENTOPS_CHAOS_KILL"):
+        env.pop(name, None)
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the browser tests' allowance stays with them
     # Workers run as the app's own role, like production: no owner credentials.
     env.pop("DATABASE_OWNER_URL", None)

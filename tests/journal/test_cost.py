@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agentops.bench.runner import POLICY, TOOLS, Countdown
+from devtools.bench.runner import POLICY, TOOLS, Countdown
 from journal.leases import lease_acquire
 from journal.perform import step_perform
 from journal.record import step_record, task_create

@@ -11,19 +11,17 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from agentops.bench import dashboard, e2e, peer, raw, runner
-from agentops.bench.stats import summary
 from agentops.dbroles import OWNER_ALIAS
+from devtools.bench import dashboard, e2e, peer, raw, runner
+from devtools.bench.stats import summary
+from devtools.process import REPO
 from journal.models import Task
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def _owner_url() -> str:

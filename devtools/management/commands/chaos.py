@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentops.chaos.run import HARNESSES, ChaosRefused, chaos_run, report_lines
+from devtools.chaos.run import HARNESSES, ChaosRefused, chaos_run, report_lines
 
 
 class Command(BaseCommand):

@@ -1,0 +1,94 @@
+"""The development tools stay out of the product (issue 16).
+
+devtools/ (the launcher, the chaos run, the benchmark, the process helpers) is not in the
+wheel, and an import contract keeps agentops, journal and sandbox from importing it
+(pyproject.toml). Here, the same at run time: a process started as production starts (its
+settings, from the checkout, where devtools is importable) loads the web app, the worker's
+job, every management command and every kind's tools, and no module of devtools is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devtools.chaos.kill import armed
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Run by `manage.py shell -c`: what gunicorn (the WSGI app), an RQ worker (its command, the
+# job, the runner's tools and planner) and every other command load.
+_LOAD_THE_PRODUCT = """
+import json, sys
+from django.core.management import get_commands, load_command_class
+import agentops.wsgi, agentops.jobs, agentops.runner
+from agentops.kinds import KINDS, tools_for
+from agentops.planners import planner_get
+from journal.models import Task
+commands = get_commands()
+for name, app in commands.items():
+    load_command_class(app, name)
+for kind in KINDS:
+    planner_get(tools_for(Task(kind=kind)))
+print(json.dumps({
+    "commands": sorted(commands),
+    "devtools": sorted(m for m in sys.modules if m.partition(".")[0] == "devtools"),
+}))
+"""
+
+
+def _as_production(**extra: str) -> dict[str, list[str]]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentops.settings",
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "PLANNER": "scripted",
+        **extra,
+    }
+    for name in ("AGENTOPS_DEVTOOLS", "AGENTOPS_TOOL_WRAPPERS", "AGENTOPS_CHAOS_KILL"):
+        if name not in extra:
+            env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "--no-imports", "-c", _LOAD_THE_PRODUCT],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def test_a_production_process_loads_no_development_tool() -> None:
+    loaded = _as_production()
+    assert loaded["devtools"] == []
+    assert {"rqworker", "sweep", "migrate"} <= set(loaded["commands"])
+    assert not {"chaos", "bench"} & set(loaded["commands"])
+
+
+def test_the_development_tools_are_there_only_where_asked_for() -> None:
+    # The launcher's `chaos` and `bench` commands install the app with the two commands; a
+    # worker the chaos run arms goes through its tool wrapper. Neither is ever the default.
+    loaded = _as_production(AGENTOPS_DEVTOOLS="1", **armed("before_call:charge_customer"))
+    assert {"chaos", "bench"} <= set(loaded["commands"])
+    assert "devtools.chaos.kill" in loaded["devtools"]
+
+
+def test_a_worker_is_armed_only_with_a_point_and_a_tool_that_exist() -> None:
+    assert armed("during_call:send_email") == {
+        "AGENTOPS_TOOL_WRAPPERS": "devtools.chaos.kill.dying",
+        "AGENTOPS_CHAOS_KILL": "during_call:send_email",
+    }
+    for wrong in ("during:send_email", "before_call:send_fax", "before_call"):
+        with pytest.raises(ValueError, match="AGENTOPS_CHAOS_KILL"):
+            armed(wrong)
