@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make run` (the demo) and `make test`.
 # Both need only python3 (3.11+); everything else goes into .venv, including the
-# PostgreSQL and Redis binaries (see scripts/stack.py).
+# PostgreSQL and Redis binaries (see devtools/stack/; scripts/stack.py is its entry point).
 
 PYTHON ?= python3
 PYTEST_ARGS ?=
