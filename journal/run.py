@@ -1,10 +1,11 @@
 """The runner: advance one task, one decided step at a time (docs/design.md §4).
 
-``task_advance`` is what a worker job calls. It takes the task's lease, then loops:
-reconcile an open step if one is due; retry a step that did not happen for a passing
-reason; otherwise ask the planner for the next decision (only about steps not yet decided),
-record it, perform it. It stops when the task is finished, waits until a time, needs a
-human, or another runner holds the lease.
+``task_advance`` is what a worker job calls. It takes the task's lease, then loops: the
+pure ``journal.moves.next_move`` decides what comes next (reconcile an open step if one is
+due; retry a step that did not happen for a passing reason; otherwise ask the planner for
+the next decision, only about steps not yet decided, and record it), and the runner
+performs that move under its lease. It stops when the task is finished, waits until a
+time, needs a human, or another runner holds the lease.
 
 Nothing a planner or a tool adapter raises escapes as a crash to be re-run forever: it is
 recorded, while the lease is still held, as the reason the task needs a human.
@@ -16,59 +17,39 @@ import contextlib
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import assert_never
 from uuid import UUID
 
 from django.conf import settings
 from django.db import InterfaceError, InternalError, OperationalError, connection
-from django.db.models.functions import Now
 
+from journal import moves
 from journal.leases import Lease, LeaseLost, fence, lease_acquire, lease_release
-from journal.models import (
-    Approval,
-    ApprovalState,
-    Attention,
-    Entry,
-    EntryKind,
-    Step,
-    Task,
-    TaskStatus,
-)
-from journal.outcomes import LIVE_STATES, Outcome, StepState
+from journal.models import Attention, Entry, EntryKind, Step, TaskStatus
+from journal.moves import MIN_BLOCKED_WAIT as MIN_BLOCKED_WAIT
+from journal.moves import blocked_until as blocked_until
+from journal.moves import first_delay
+from journal.outcomes import LIVE_STATES, StepState
 from journal.perform import step_perform, step_reconcile
 from journal.policy import DEFAULT_POLICY, Policy
-from journal.protocols import (
-    CORRECTABLE,
-    Call,
-    Decision,
-    Finish,
-    Planner,
-    Refusal,
-    Rules,
-    StepFact,
-    TaskFacts,
-    Tool,
-)
+from journal.protocols import Call, Decision, Finish, Planner, Rules, StepFact, TaskFacts, Tool
 from journal.record import TaskMoved, decision_check, step_record, task_finish
 from journal.sagas import (
     ApprovalNotUsable,
-    Undo,
-    UndoFailed,
-    UndoLater,
     approval_expire,
     approval_open,
     approval_request,
     approval_spent,
     effect_checked,
     is_expired,
-    next_undo,
     saga_unwind,
 )
-from journal.selectors import task_facts, task_open_step
-from journal.status import FINAL, task_flag, task_transition
+from journal.selectors import task_open_step
+from journal.status import task_flag, task_transition
 from journal.summary import fell_short, task_summary
+from journal.view import View
 
 
 @dataclass(frozen=True)
@@ -252,346 +233,168 @@ def _advance(
     policy: Policy,
     rules: Rules | None,
 ) -> Advance:
+    """Decide the next move (journal/moves.py, pure), perform it, until one ends the run."""
     performed = 0
-    view: _View | None = None
+    view: View | None = None
     while True:
         if view is None or not view.current(lease):
-            view = _View.load(lease)
-        task, facts, now = view.task, view.facts, view.now
-        if task.status in FINAL:
-            return Advance(task.status, performed)
-        if task.status == TaskStatus.NEEDS_HUMAN:
-            return Advance("needs_human", performed)
-        if task.status == TaskStatus.AWAITING_APPROVAL:
-            return Advance("awaiting_approval", performed)
-        if task.status == TaskStatus.WAITING:
-            if task.wake_at is not None and task.wake_at > now:
-                return Advance("waiting", performed)
-            task_transition(
-                lease=lease,
-                task_id=task.pk,
-                to=TaskStatus.RUNNABLE,
-                frm=[TaskStatus.WAITING],
-                reason="its time came",
-            )
-            view = None
-            continue
-        open_step = task_open_step(task_id=task.pk) if view.has_open_step else None
-        if open_step is not None:
-            # A pending step seen by a new lease holder was abandoned by a dead runner: it is
-            # unknown, and reconciled at once. An unknown one waits for its lookup time. A
-            # saga decides whether to compensate a step only once it is settled.
-            if open_step.state == StepState.UNKNOWN and not open_step.due:  # type: ignore[attr-defined]
-                _wait(lease, until=open_step.next_check_at or now, why=f"step {open_step.key}")
-                return Advance("waiting", performed)
-            step_reconcile(
-                lease=lease, step=open_step, tool=tools.get(open_step.tool), policy=policy
-            )
-            performed += 1
-            view = None
-            continue
-        if task.unwinding:
-            try:
-                stopped = _unwind(lease=lease, facts=facts, tools=tools, policy=policy, now=now)
-            except TaskMoved:
-                view = None  # changed meanwhile (a person cancelled it): look again
-                continue
-            if stopped is not None:
-                return Advance(stopped, performed)
-            performed += 1
-            view = None
-            continue
-        if task.step_count >= policy.max_steps:
-            raise _Handover(
-                Attention.STEP_LIMIT,
-                f"the task reached its limit of {policy.max_steps} steps without finishing",
-            )
-        approval: Approval | None = None
-        decision: Decision
-        # A decision the harness makes again by itself (never held again, never re-asked).
-        harness_retry = False
-        wrong = _misconfigured(facts, policy)
-        blocked = _blocked(facts) if wrong is None else None
-        retry = _transient_retry(facts, policy) if wrong is None and blocked is None else None
-        if wrong is not None:
-            if not _resumed_since(task.pk, wrong):
-                raise _Handover(
-                    Attention.MISCONFIGURED,
-                    f"step {wrong.key} ({wrong.tool}): {wrong.detail}. Nothing happened. Fix "
-                    "the configuration, then resume the task: the step is tried again",
+            view = View.load(lease)
+        facts, now = view.facts, view.now
+        ask = _Asked(task_id=lease.task_id, tools=tools, rules=rules, facts=facts)
+        move = moves.next_move(
+            task=view.row(),
+            facts=facts,
+            now=now,
+            policy=policy,
+            saga=rules is not None and rules.saga,
+            tools=tools,
+            ask=ask,
+        )
+        reread = False  # after a write of its own that the view does not follow
+        if isinstance(move, moves.AskPlanner):
+            if move.expire is not None:
+                approval_expire(approval=move.expire, actor="harness")
+                reread = True
+            move = moves.on_decision(_decide(lease, planner, facts), ask=ask)
+        match move:
+            case moves.Stop(reason):
+                return Advance(reason, performed)
+            case moves.WakeUp():
+                task_transition(
+                    lease=lease,
+                    task_id=lease.task_id,
+                    to=TaskStatus.RUNNABLE,
+                    frm=[TaskStatus.WAITING],
+                    reason="its time came",
                 )
-            # A person fixed what was wrong and resumed it: the same call, as a new step (the
-            # first provably did nothing).
-            decision = Call(wrong.tool, wrong.args, raw={"harness": "after_fix", "of": wrong.n})
-            retries, harness_retry = wrong.retries + 1, True
-        elif blocked is not None:
-            holder_check = _live_holder(blocked)
-            if holder_check is not None:
-                _wait(
-                    lease,
-                    until=blocked_until(
-                        refused_at=blocked.settled_at,
-                        holder_next=holder_check,
-                        now=now,
-                        policy=policy,
-                    ),
-                    why=f"step {blocked.refused_by}, another effect on the same object, to settle",
-                )
-                return Advance("waiting", performed)
-            # It settled: the same decision again, which the guard now judges by its outcome
-            # (already done → refused with its evidence; not done → it goes ahead).
-            decision = Call(
-                blocked.tool, blocked.args, raw={"harness": "after_in_flight", "of": blocked.n}
-            )
-            retries, harness_retry = blocked.retries + 1, True
-        elif retry is not None:
-            last, due = retry
-            if due > now:
-                _wait(lease, until=due, why=f"a retry of step {last.key}")
-                return Advance("waiting", performed)
-            decision = Call(last.tool, last.args, raw={"harness": "retry", "of": last.n})
-            retries, harness_retry = last.retries + 1, True
-        else:
-            failed = _saga_step_failed(facts) if rules is not None and rules.saga else None
-            if failed is not None:
-                saga_unwind(task_id=task.pk, reason=failed, lease=lease)
                 view = None
-                continue
-            # Only a saga is ever held for approval: nothing to read for any other task.
-            approval = approval_open(task_id=task.pk) if rules is not None and rules.saga else None
-            if approval is not None and approval.state == ApprovalState.PENDING:
+            case moves.Wait(until, why):
+                _wait(lease, until=until, why=why)
+                return Advance("waiting", performed)
+            case moves.Reconcile(step):
+                step_reconcile(lease=lease, step=step, tool=tools.get(step.tool), policy=policy)
+                performed += 1
+                view = None
+            case moves.HandOver(code, reason):
+                raise _Handover(code, reason)
+            case moves.Unwind(reason):
+                saga_unwind(task_id=lease.task_id, reason=reason, lease=lease)
+                view = None
+            case moves.Compensate(target, retries):
+                try:
+                    _compensate(
+                        lease=lease,
+                        facts=facts,
+                        tools=tools,
+                        policy=policy,
+                        target=target,
+                        retries=retries,
+                    )
+                except TaskMoved:
+                    view = None  # changed meanwhile (a person cancelled it): look again
+                    continue
+                performed += 1
+                view = None
+            case moves.Compensated():
+                try:
+                    task_finish(
+                        lease=lease,
+                        decision=Finish("compensated", raw={"harness": "unwound"}),
+                        summary="Compensated. " + task_summary(facts.steps),
+                        to=TaskStatus.COMPENSATED,
+                    )
+                except TaskMoved:
+                    view = None  # changed meanwhile (a person cancelled it): look again
+                    continue
+                return Advance("compensated", performed)
+            case moves.AwaitApproval(held):
                 # Resumed while a decision is still awaited: wait for it again.
                 task_transition(
                     lease=lease,
-                    task_id=task.pk,
+                    task_id=lease.task_id,
                     to=TaskStatus.AWAITING_APPROVAL,
                     frm=[TaskStatus.RUNNABLE],
-                    reason=approval.reason,
-                    approval=approval.pk,
+                    reason=held.reason,
+                    approval=held.pk,
                 )
                 return Advance("awaiting_approval", performed)
-            if approval is not None and is_expired(approval):
-                approval_expire(approval=approval, actor="harness")
-                approval = None
-                view = None
-            if approval is not None:
-                # Exactly what the person approved: the planner is not asked again.
-                decision = Call(
-                    approval.tool,
-                    approval.args,
-                    raw={"harness": "approved", "approval": approval.pk},
-                )
-            else:
-                decision = _decide(lease, planner, facts)
-            retries = 0
-        if isinstance(decision, Finish):
-            try:
-                task_finish(
-                    lease=lease,
-                    decision=decision,
-                    summary=task_summary(facts.steps),
-                    shortfall=fell_short(facts.steps),
-                )
-            except TaskMoved:
-                view = None  # changed while the planner decided: look again
-                continue
-            return Advance("finished", performed)
-        if (
-            rules is not None
-            and approval is None
-            and not harness_retry
-            # A call the rules refuse is recorded as refused: nobody is asked to approve it.
-            and decision_check(decision=decision, tools=tools, rules=rules, facts=facts).refused
-            is None
-        ):
-            why = rules.hold(tool=decision.tool, args=decision.args, facts=facts)
-            if why:
+            case moves.Finish(decision):
+                try:
+                    task_finish(
+                        lease=lease,
+                        decision=decision,
+                        summary=task_summary(facts.steps),
+                        shortfall=fell_short(facts.steps),
+                    )
+                except TaskMoved:
+                    view = None  # changed while the planner decided: look again
+                    continue
+                return Advance("finished", performed)
+            case moves.Hold(call, reason):
                 approval_request(
                     lease=lease,
-                    tool=decision.tool,
-                    args=decision.args,
-                    reason=why,
+                    tool=call.tool,
+                    args=call.args,
+                    reason=reason,
                     ttl=timedelta(seconds=policy.approval_ttl),
                 )
                 return Advance("awaiting_approval", performed)
-        if (
-            rules is not None
-            and rules.verify_before(tool=decision.tool)
-            and not _still_standing(lease=lease, facts=facts, tools=tools, policy=policy, now=now)
-        ):
-            return Advance("waiting", performed)
-        try:
-            step = step_record(
-                lease=lease,
-                decision=decision,
-                tools=tools,
-                rules=rules,
-                facts=facts,
-                retries=retries,
-                policy=policy,
-                approval=approval,
-            )
-        except (ApprovalNotUsable, TaskMoved):
-            view = None  # decided, used or changed meanwhile: look again
-            continue
-        if step.state != StepState.PENDING:
-            if approval is not None:
-                approval_spent(approval=approval, step=step)  # refused: never offered again
-            view = None  # refused: written the slow way; read it back
-            continue
-        outcome = step_perform(lease=lease, step=step, tool=tools[step.tool], policy=policy)
-        performed += 1
-        view = view.after(step, outcome, approval_used=approval is not None) if view else None
+            case moves.Retry() | moves.Record():
+                approval = move.approval if isinstance(move, moves.Record) else None
+                if move.verify_first and not _still_standing(
+                    lease=lease, facts=facts, tools=tools, policy=policy, now=now
+                ):
+                    return Advance("waiting", performed)
+                try:
+                    step = step_record(
+                        lease=lease,
+                        decision=move.call,
+                        tools=tools,
+                        rules=rules,
+                        facts=facts,
+                        retries=move.retries if isinstance(move, moves.Retry) else 0,
+                        policy=policy,
+                        approval=approval,
+                    )
+                except (ApprovalNotUsable, TaskMoved):
+                    view = None  # decided, used or changed meanwhile: look again
+                    continue
+                if step.state != StepState.PENDING:
+                    if approval is not None:
+                        approval_spent(approval=approval, step=step)  # refused: never offered again
+                    view = None  # refused: written the slow way; read it back
+                    continue
+                outcome = step_perform(lease=lease, step=step, tool=tools[step.tool], policy=policy)
+                performed += 1
+                used = approval is not None
+                view = None if reread else view.after(step, outcome, approval_used=used)
+            case _:  # every move is performed above (mypy checks: a new one fails here)
+                assert_never(move)
 
 
-def _task_from_row(row: dict[str, Any]) -> Task:
-    """A Task from a raw ``RETURNING journal_task.*`` row, converted as a query would (the
-    driver hands jsonb over as text; JSONField parses it). Columns are the fields' names
-    here: the task has no foreign keys."""
-    for field in Task._meta.concrete_fields:
-        convert = getattr(field, "from_db_value", None)
-        if convert is not None and field.attname in row:
-            row[field.attname] = convert(row[field.attname], None, connection)
-    return Task(**row)
-
-
-@dataclass
-class _View:
-    """The runner's picture of its task between its own writes: read once, then kept up to
-    date from what it writes itself. Read again whenever a write of its own shows, by the
-    task's version, that someone else wrote in between (a webhook, a person), or after
-    anything but the plain record → call → settle of one step."""
-
-    task: Task
-    facts: TaskFacts
-    now: datetime
-    version: int
-    seen_writes: int
-    has_open_step: bool
-
-    @classmethod
-    def load(cls, lease: Lease) -> _View:
-        if lease.task is not None:
-            # The first read comes with the lease itself: its row, as taking it left it.
-            row, lease.task = dict(lease.task), None
-            now_ = row.pop("db_now")
-            task = _task_from_row(row)
-            task._state.adding, task._state.db = False, "default"
-            task.db_now = now_  # type: ignore[attr-defined]
-        else:
-            task = Task.objects.annotate(db_now=Now()).get(pk=lease.task_id)
-        facts = task_facts(task=task)
-        return cls(
-            task=task,
-            facts=facts,
-            now=task.db_now,  # type: ignore[attr-defined]
-            version=task.version,
-            seen_writes=len(lease.versions),
-            has_open_step=any(
-                s.state in (StepState.PENDING, StepState.UNKNOWN) for s in facts.steps
-            ),
-        )
-
-    def current(self, lease: Lease) -> bool:
-        """Whether every write since the read was this runner's own, one after the other."""
-        mine = lease.versions[self.seen_writes :]
-        if mine != list(range(self.version + 1, self.version + 1 + len(mine))):
-            return False
-        if mine:
-            self.version, self.seen_writes = mine[-1], len(lease.versions)
-        return True
-
-    def after(self, step: Step, outcome: Outcome, *, approval_used: bool) -> _View | None:
-        """The view once ``step`` settled with ``outcome``, or None to read it again."""
-        if outcome.state not in (StepState.DONE, StepState.NOT_DONE) or approval_used:
-            return None
-        if outcome.data.get("transient"):
-            return None  # its retry is timed from when it settled: read that back
-        if getattr(step, "offsets_n", None) is not None:
-            return None  # an undo: what it offsets changed too
-        fact = StepFact(
-            n=step.n,
-            tool=step.tool,
-            args=step.args,
-            state=StepState(outcome.state),
-            detail=outcome.detail,
-            key=step.key,
-            guard=step.guard,
-            evidence=dict(outcome.data.get("evidence") or {}),
-            retries=step.retries,
-            undo_tool=step.undo_tool,
-            misconfigured=bool(outcome.data.get("misconfigured")),
-        )
-        self.facts = replace(self.facts, steps=[*self.facts.steps, fact])
-        self.task.step_count = step.n
-        return self
-
-
-def _saga_step_failed(facts: TaskFacts) -> str | None:
-    """Why the saga cannot complete: its last step did not happen and will not by itself
-    (not a passing failure being retried, not a refusal the planner can put right)."""
-    if not facts.steps:
-        return None
-    last = facts.steps[-1]
-    if last.state != StepState.NOT_DONE or last.refusal in CORRECTABLE:
-        return None
-    return f"step {last.key} ({last.tool}) did not happen: {last.detail}"
-
-
-def _unwind(
+def _compensate(
     *,
     lease: Lease,
     facts: TaskFacts,
     tools: Mapping[str, Tool],
     policy: Policy,
-    now: datetime,
-) -> str | None:
-    """One step of unwinding a saga; a reason to stop, or None to go on."""
-    nxt = next_undo(facts.steps, policy)
-    if nxt is None:
-        task_finish(
-            lease=lease,
-            decision=Finish("compensated", raw={"harness": "unwound"}),
-            summary="Compensated. " + task_summary(facts.steps),
-            to=TaskStatus.COMPENSATED,
-        )
-        return "compensated"
-    if isinstance(nxt, UndoFailed):
-        last = nxt.last
-        if last is None or not last.misconfigured:
-            raise _Handover(Attention.COMPENSATION_FAILED, nxt.why)
-        if not _resumed_since(lease.task_id, last):
-            raise _Handover(
-                Attention.MISCONFIGURED,
-                f"{nxt.why}. The provider refused us, not the undo: fix the configuration, "
-                "then resume the task: the undo is made again",
-            )
-        nxt = Undo(nxt.target, last.retries + 1)  # it provably did nothing: a new key
-    if isinstance(nxt, UndoLater):
-        if nxt.due > now:
-            _wait(lease, until=nxt.due, why=f"a retry of the undo of step {nxt.target.key}")
-            return "waiting"
-        nxt = Undo(nxt.target, nxt.retries)
-    target = nxt.target
-    done_by, undo = tools.get(target.tool), tools.get(target.undo_tool)
-    if done_by is None or undo is None:
-        raise _Handover(
-            Attention.TOOL_MISSING,
-            f"step {target.key} must be undone by {target.undo_tool}, which this task cannot use",
-        )
-    args = done_by.undo_args(target.args, target.evidence)
+    target: StepFact,
+    retries: int,
+) -> None:
+    """Record the undo of ``target`` (the harness maps its evidence to the undo's
+    arguments) and perform it, unless it was refused."""
+    args = tools[target.tool].undo_args(target.args, target.evidence)
     step = step_record(
         lease=lease,
         decision=Call(target.undo_tool, args, raw={"harness": "undo", "of": target.n}),
         tools=tools,
         facts=facts,
-        retries=nxt.retries,
+        retries=retries,
         policy=policy,
         undo_of=target,
     )
     if step.state == StepState.PENDING:
-        step_perform(lease=lease, step=step, tool=undo, policy=policy)
-    return None
+        step_perform(lease=lease, step=step, tool=tools[target.undo_tool], policy=policy)
 
 
 def _still_standing(
@@ -613,7 +416,7 @@ def _still_standing(
             stands = tool.standing(fact.args, fact.evidence)
         except Exception as exc:  # cannot tell: do not build on it yet
             effect_checked(lease=lease, fact=fact, stands=None, error=type(exc).__name__)
-            delay = _first_delay(policy)
+            delay = first_delay(policy)
             _wait(lease, until=now + timedelta(seconds=delay), why=f"news of step {fact.key}")
             return False
         if stands is None:
@@ -644,112 +447,65 @@ def _decide(lease: Lease, planner: Planner, facts: TaskFacts) -> Decision:
         ) from exc
 
 
-def _misconfigured(facts: TaskFacts, policy: Policy) -> StepFact | None:
-    """The last step, when it did not happen because the provider refused *us* (our key, our
-    address): not the business's answer, so neither the planner nor a saga decides on it; a
-    person fixes it. One that never left for a reason that may pass (a name that did not
-    resolve) is first retried like any other."""
-    if not facts.steps:
-        return None
-    last = facts.steps[-1]
-    if last.state != StepState.NOT_DONE or not last.misconfigured or last.refusal:
-        return None
-    if last.transient and _transient_streak(facts) <= len(policy.transient_retry_delays):
-        return None
-    return last
+@dataclass(frozen=True)
+class _Asked:
+    """What the runner's pure decision asks (:class:`journal.moves.Ask`): reads of the journal
+    and the answers of the task's rules, each made only when the decision turns on it."""
 
+    task_id: UUID
+    tools: Mapping[str, Tool]
+    rules: Rules | None
+    facts: TaskFacts
 
-def _resumed_since(task_id: UUID, step: StepFact) -> bool:
-    """Whether a person resumed the task after ``step`` settled (having fixed something)."""
-    if step.settled_at is None:
-        return False  # it settled in this very run (the runner's own view of it)
-    return Entry.objects.filter(
-        task_id=task_id,
-        kind=EntryKind.OPERATOR_ACTION,
-        data__action="resume",
-        at__gt=step.settled_at,
-    ).exists()
+    def open_step(self) -> moves.OpenStep | None:
+        step = task_open_step(task_id=self.task_id)
+        if step is None:
+            return None
+        return moves.OpenStep(step, due=bool(step.due))  # type: ignore[attr-defined]
 
+    def approval(self) -> moves.OpenApproval | None:
+        approval = approval_open(task_id=self.task_id)
+        if approval is None:
+            return None
+        return moves.OpenApproval(approval, expired=is_expired(approval))
 
-def _blocked(facts: TaskFacts) -> StepFact | None:
-    """The last step, when the guard refused it because another effect on the same object was
-    in flight or unknown (docs/design.md §6): the task waits for that one to settle, then
-    decides from its outcome. "Not until it is resolved", never "never"."""
-    if not facts.steps:
-        return None
-    last = facts.steps[-1]
-    return last if last.refusal == Refusal.IN_FLIGHT else None
+    def holder(self, blocked: StepFact) -> datetime | bool | None:
+        if not blocked.refused_by:
+            return None  # it settled a moment before the refusal was written: decide again
+        row = (
+            Step.objects.filter(key=blocked.refused_by)
+            .values_list("state", "next_check_at", "task__status")
+            .first()
+        )
+        if row is None or row[0] not in LIVE_STATES:
+            return None
+        state, next_check_at, status = row
+        if status not in (TaskStatus.RUNNABLE, TaskStatus.WAITING):
+            return True  # with a person (or held): no lookup is coming at a known time
+        return next_check_at or True
 
+    def resumed_since(self, step: StepFact) -> bool:
+        if step.settled_at is None:
+            return False  # it settled in this very run (the runner's own view of it)
+        return Entry.objects.filter(
+            task_id=self.task_id,
+            kind=EntryKind.OPERATOR_ACTION,
+            data__action="resume",
+            at__gt=step.settled_at,
+        ).exists()
 
-def _live_holder(blocked: StepFact) -> datetime | bool | None:
-    """Whether the step that stood in ``blocked``'s way is still open: its next lookup time,
-    or True when none is coming at a known time (it is in flight, or its task is with a
-    person), or None once it has settled."""
-    if not blocked.refused_by:
-        return None  # it settled a moment before the refusal was written: decide again
-    row = (
-        Step.objects.filter(key=blocked.refused_by)
-        .values_list("state", "next_check_at", "task__status")
-        .first()
-    )
-    if row is None or row[0] not in LIVE_STATES:
-        return None
-    state, next_check_at, status = row
-    if status not in (TaskStatus.RUNNABLE, TaskStatus.WAITING):
-        return True  # with a person (or held): no lookup is coming at a known time
-    return next_check_at or True
+    def hold(self, call: Call) -> str | None:
+        rules = self.rules
+        if rules is None:
+            return None
+        # A call the rules refuse is recorded as refused: nobody is asked to approve it.
+        checked = decision_check(decision=call, tools=self.tools, rules=rules, facts=self.facts)
+        if checked.refused is not None:
+            return None
+        return rules.hold(tool=call.tool, args=call.args, facts=self.facts)
 
-
-# The least a blocked task waits before it looks again (a policy with no delays would spin).
-MIN_BLOCKED_WAIT = 0.05
-
-
-def blocked_until(
-    *,
-    refused_at: datetime | None,
-    holder_next: datetime | bool,
-    now: datetime,
-    policy: Policy,
-) -> datetime:
-    """When a task blocked by another task's live effect looks again: backing off — it waits
-    as long as it has waited already, at least the first lookup delay and at most the last —
-    and never before the holder's own next lookup (``holder_next``, or True when it has
-    none: in flight, or with a person). Pure."""
-    waited = (now - refused_at).total_seconds() if refused_at is not None else 0.0
-    longest = max(policy.lookup_schedule) if policy.lookup_schedule else 1.0
-    delay = min(max(_first_delay(policy), waited, MIN_BLOCKED_WAIT), max(longest, MIN_BLOCKED_WAIT))
-    until = now + timedelta(seconds=delay)
-    return max(until, holder_next) if isinstance(holder_next, datetime) else until
-
-
-def _first_delay(policy: Policy) -> float:
-    return policy.lookup_schedule[0] if policy.lookup_schedule else 1.0
-
-
-def _transient_retry(facts: TaskFacts, policy: Policy) -> tuple[StepFact, datetime] | None:
-    """The last step, when it did not happen for a passing reason and may be tried again."""
-    if not facts.steps:
-        return None
-    last = facts.steps[-1]
-    if last.state != StepState.NOT_DONE or not last.transient or last.refusal:
-        return None
-    tries = _transient_streak(facts)
-    if tries > len(policy.transient_retry_delays) or last.settled_at is None:
-        return None
-    return last, last.settled_at + timedelta(seconds=policy.transient_retry_delays[tries - 1])
-
-
-def _transient_streak(facts: TaskFacts) -> int:
-    """How many times in a row, up to the last step, the same call could not be sent: the
-    harness's retries of it so far, plus one (other re-issues do not count against it)."""
-    last = facts.steps[-1]
-    streak = 0
-    for step in reversed(facts.steps):
-        same = step.tool == last.tool and step.args == last.args
-        if not (same and step.state == StepState.NOT_DONE and step.transient):
-            break
-        streak += 1
-    return streak
+    def verify_before(self, tool: str) -> bool:
+        return self.rules is not None and self.rules.verify_before(tool=tool)
 
 
 def _wait(lease: Lease, *, until: datetime, why: str) -> None:
