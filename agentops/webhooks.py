@@ -37,7 +37,7 @@ from django.db import connection, transaction
 from agentops.models import WebhookEvent
 from agentops.runner import task_ring
 from agentops.tools.payments import KEY_FIELD, intent_outcome, refund_outcome
-from journal.entries import entry
+from journal.entries import entries_add, entry
 from journal.keys import same_object
 from journal.models import EntryKind, Step
 from journal.outcomes import Outcome, StepState
@@ -230,7 +230,7 @@ def _apply(
     )
     problems = _differences(step, tool, expected)
     if problems:
-        note.save()
+        entries_add(note)
         reason = (
             f"a {event.type} event ({event.id}) names step {key} but does not match it: "
             f"{'; '.join(problems)}; the step was left as it was"
@@ -240,7 +240,7 @@ def _apply(
         )
         return f"conflict on {key}: {'; '.join(problems)}"
     if outcome.state == StepState.UNKNOWN:
-        note.save()
+        entries_add(note)
         return f"noted: {key} is not final at the provider"
     changed = step_settle(
         step_id=step.pk,

@@ -1,7 +1,8 @@
 """One runner per task (docs/design.md §11): a lease in PostgreSQL, judged by its clock.
 
 Taking the lease increments the task's token. Every journal write made under a lease
-starts with :func:`fence`, which checks the token and extends the lease in one statement,
+starts with the fence (``journal_fence``, journal/sql; :func:`fence` from Python), which
+checks the token and extends the lease in one statement,
 and holds the task's row lock until the write commits — so a runner whose lease was taken
 over can write nothing, and a takeover cannot slip between a holder's check and commit.
 """
@@ -87,29 +88,18 @@ def lease_acquire(*, task_id: UUID, owner: str, seconds: float | None = None) ->
     )
 
 
-def fence(lease: Lease, *, allocate_step: bool = False, seconds: float | None = None) -> Fenced:
-    """Inside a write transaction: prove the lease is still ours and extend it.
+def fence(lease: Lease, *, seconds: float | None = None) -> Fenced:
+    """Inside a write transaction: prove the lease is still ours and extend it
+    (``journal_fence``, the one lease check, which the journal's SQL functions call too).
 
-    Returns the task's step count (incremented first when ``allocate_step``: the number of
-    the step about to be recorded) and its status. Raises :class:`LeaseLost` if the token
-    has moved on. ``seconds`` stretches the lease further than usual (a slow planner).
+    Returns the task's step count and status. Raises :class:`LeaseLost` if the token has
+    moved on. ``seconds`` stretches the lease further than usual (a slow planner).
     """
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            UPDATE journal_task
-               SET lease_expires_at = now() + make_interval(secs => %s),
-                   step_count = step_count + %s,
-                   version = version + 1
-             WHERE id = %s AND lease_token = %s
-         RETURNING step_count, status, version
-            """,
-            [
-                seconds if seconds is not None else lease_seconds(),
-                1 if allocate_step else 0,
-                lease.task_id,
-                lease.token,
-            ],
+            "SELECT * FROM journal_fence(p_task => %s::uuid, p_token => %s::bigint, "
+            "p_lease => %s::float8)",
+            [lease.task_id, lease.token, seconds if seconds is not None else lease_seconds()],
         )
         row = cursor.fetchone()
     if row is None:

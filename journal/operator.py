@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from journal.entries import entry
+from journal.entries import entries_add, entry
 from journal.models import (
     Approval,
     ApprovalState,
@@ -63,14 +63,16 @@ def task_resume(*, task_id: UUID, actor: str, reason: str) -> TaskStatus:
         Step.objects.filter(task=task, state=StepState.UNKNOWN, next_check_at__isnull=True).update(
             next_check_at=Now()
         )
-        entry(
-            kind=EntryKind.OPERATOR_ACTION,
-            task_id=task_id,
-            actor=actor,
-            action="resume",
-            reason=why,
-            was=task.attention_code,
-        ).save()
+        entries_add(
+            entry(
+                kind=EntryKind.OPERATOR_ACTION,
+                task_id=task_id,
+                actor=actor,
+                action="resume",
+                reason=why,
+                was=task.attention_code,
+            )
+        )
         task_transition(
             task_id=task_id,
             to=to,
@@ -100,14 +102,16 @@ def task_cancel(*, task_id: UUID, actor: str, reason: str) -> None:
                 f"step {standing.key} ({standing.tool}) is done and can be undone: compensate "
                 "the saga rather than cancel it, or nothing would ever undo it"
             )
-        entry(
-            kind=EntryKind.OPERATOR_ACTION,
-            task_id=task_id,
-            actor=actor,
-            action="cancel",
-            reason=why,
-            was=task.attention_code,
-        ).save()
+        entries_add(
+            entry(
+                kind=EntryKind.OPERATOR_ACTION,
+                task_id=task_id,
+                actor=actor,
+                action="cancel",
+                reason=why,
+                was=task.attention_code,
+            )
+        )
         task_transition(
             task_id=task_id,
             to=TaskStatus.CANCELLED,
@@ -173,15 +177,17 @@ def approval_approve(*, task_id: UUID, approval_id: int, digest: str, actor: str
             Approval.objects.filter(pk=approval.pk).update(
                 state=ApprovalState.APPROVED, decided_by=actor, decided_at=Now()
             )
-            entry(
-                kind=EntryKind.APPROVAL_DECIDED,
-                task_id=task_id,
-                actor=actor,
-                approval=approval.pk,
-                decision="approved",
-                tool=approval.tool,
-                digest=approval.digest,
-            ).save()
+            entries_add(
+                entry(
+                    kind=EntryKind.APPROVAL_DECIDED,
+                    task_id=task_id,
+                    actor=actor,
+                    approval=approval.pk,
+                    decision="approved",
+                    tool=approval.tool,
+                    digest=approval.digest,
+                )
+            )
             task_transition(
                 task_id=task_id,
                 to=TaskStatus.RUNNABLE,
@@ -213,14 +219,16 @@ def approval_reject(*, task_id: UUID, approval_id: int, actor: str, reason: str)
             decided_at=Now(),
             decision_reason=why,
         )
-        entry(
-            kind=EntryKind.APPROVAL_DECIDED,
-            task_id=task_id,
-            actor=actor,
-            approval=approval.pk,
-            decision="rejected",
-            reason=why,
-        ).save()
+        entries_add(
+            entry(
+                kind=EntryKind.APPROVAL_DECIDED,
+                task_id=task_id,
+                actor=actor,
+                approval=approval.pk,
+                decision="rejected",
+                reason=why,
+            )
+        )
         saga_unwind(
             task_id=task_id, reason=f"{approval.tool} rejected by {actor}: {why}", actor=actor
         )
@@ -254,14 +262,16 @@ def saga_compensate(*, task_id: UUID, actor: str, reason: str) -> None:
                 decided_at=Now(),
                 decision_reason=f"compensated instead: {why}",
             )
-        entry(
-            kind=EntryKind.OPERATOR_ACTION,
-            task_id=task_id,
-            actor=actor,
-            action="compensate",
-            reason=why,
-            was=task.status,
-        ).save()
+        entries_add(
+            entry(
+                kind=EntryKind.OPERATOR_ACTION,
+                task_id=task_id,
+                actor=actor,
+                action="compensate",
+                reason=why,
+                was=task.status,
+            )
+        )
         saga_unwind(task_id=task_id, reason=f"compensated by {actor}: {why}", actor=actor)
         if task.status in (TaskStatus.NEEDS_HUMAN, TaskStatus.AWAITING_APPROVAL):
             Task.objects.filter(pk=task_id).update(failed_runs=0)
@@ -301,14 +311,16 @@ def steps_reconcile_now(*, step_ids: list[int], actor: str, reason: str = "") ->
         for step in steps:
             Step.objects.filter(pk=step.pk).update(next_check_at=Now())
             Task.objects.filter(pk=step.task_id).update(version=F("version") + 1)
-            entry(
-                kind=EntryKind.OPERATOR_ACTION,
-                task_id=step.task_id,
-                step_id=step.pk,
-                actor=actor,
-                action="reconcile",
-                reason=reason or "reconcile now",
-            ).save()
+            entries_add(
+                entry(
+                    kind=EntryKind.OPERATOR_ACTION,
+                    task_id=step.task_id,
+                    step_id=step.pk,
+                    actor=actor,
+                    action="reconcile",
+                    reason=reason or "reconcile now",
+                )
+            )
             if step.task_id in woken:
                 continue
             woken.append(step.task_id)
@@ -355,14 +367,16 @@ def step_resolve(
             if done
             else Outcome.not_done(f"settled by hand by {actor}: {why}", resolved_by=actor)
         )
-        entry(
-            kind=EntryKind.OPERATOR_ACTION,
-            task_id=step.task_id,
-            step_id=step.pk,
-            actor=actor,
-            action="resolve",
-            state=outcome.state,
-            reason=why,
-            evidence=evidence.strip()[:200],
-        ).save()
+        entries_add(
+            entry(
+                kind=EntryKind.OPERATOR_ACTION,
+                task_id=step.task_id,
+                step_id=step.pk,
+                actor=actor,
+                action="resolve",
+                state=outcome.state,
+                reason=why,
+                evidence=evidence.strip()[:200],
+            )
+        )
         step_settle(step_id=step.pk, outcome=outcome, via="operator", actor=actor)

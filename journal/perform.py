@@ -205,6 +205,7 @@ def step_reconcile(
             via="lookup",
             lease=lease,
             extra=_lookup_entries(fresh, lookup_fact),
+            lookup=True,  # a reconciliation round, counted like one that did not settle it
         )
         return StepState(found.state)
     if verdict.next == Next.RETRY:

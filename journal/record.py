@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models.functions import Now
 
 from journal.db import prepared_cursor
-from journal.entries import entry
-from journal.keys import UnsafeName, object_key, object_label, step_key, undo_key
-from journal.leases import Lease, LeaseLost, fence, lease_seconds
+from journal.entries import entries_add, entry
+from journal.keys import UnsafeName, object_key, object_label, undo_key
+from journal.leases import Lease, LeaseLost, lease_seconds
 from journal.models import (
     GUARD_CONSTRAINT,
     ONCE_CONSTRAINT,
@@ -45,18 +44,57 @@ from journal.summary import evidence_label
 
 TASK_CONSTRAINTS = (GUARD_CONSTRAINT, ONCE_CONSTRAINT, UNDO_CONSTRAINT)
 
-# journal_record (migration 0007): fence, number, insert the step and its one entry.
+# journal_record (journal/sql): fence, number, insert the step (or its refusal) and its entry.
 RECORD = (
-    "SELECT * FROM journal_record(%s::uuid, %s::bigint, %s::float8, %s::boolean, %s::text, "
-    "%s::jsonb, %s::text, %s::text, %s::text, %s::boolean, %s::integer, %s::integer, "
-    "%s::text, %s::float8, %s::float8, %s::jsonb, %s::text, %s::jsonb)"
+    "SELECT * FROM journal_record(p_task => %(task)s::uuid, p_token => %(token)s::bigint, "
+    "p_lease => %(lease)s::float8, p_tool => %(tool)s::text, p_args => %(args)s::jsonb, "
+    "p_decision => %(decision)s::jsonb, p_entry => %(entry)s::jsonb, "
+    "p_forward => %(forward)s::boolean, p_cost => %(cost)s::text, p_guard => %(guard)s::text, "
+    "p_guard_key => %(guard_key)s::text, p_once => %(once)s::boolean, "
+    "p_offsets => %(offsets)s::integer, p_retries => %(retries)s::integer, "
+    "p_undo_tool => %(undo_tool)s::text, p_trusted => %(trusted)s::float8, "
+    "p_lookup => %(lookup)s::float8, p_key => %(key)s::text, p_refusal => %(refusal)s::text, "
+    "p_detail => %(detail)s::text, p_outcome => %(outcome)s::jsonb, "
+    "p_entry_kind => %(entry_kind)s::text)"
 )
-# journal_finish (migration 0008): fence, number, finish the task and give the lease back,
-# insert the finish step and its one entry.
+# journal_finish (journal/sql): fence, number, finish the task and give the lease back,
+# insert the finish step.
 FINISH = (
-    "SELECT * FROM journal_finish(%s::uuid, %s::bigint, %s::text, %s::boolean, %s::text, "
-    "%s::jsonb, %s::jsonb, %s::jsonb)"
+    "SELECT * FROM journal_finish(p_task => %(task)s::uuid, p_token => %(token)s::bigint, "
+    "p_lease => %(lease)s::float8, p_to => %(to)s::text, p_shortfall => %(shortfall)s::boolean, "
+    "p_detail => %(detail)s::text, p_outcome => %(outcome)s::jsonb, "
+    "p_decision => %(decision)s::jsonb, p_entry => %(entry)s::jsonb)"
 )
+
+
+def _record_params(
+    lease: Lease, *, tool: str, args: Any, decision: Any, **more: Any
+) -> dict[str, Any]:
+    """journal_record's arguments, its defaults filled in."""
+    return {
+        "task": lease.task_id,
+        "token": lease.token,
+        "lease": lease_seconds(),
+        "tool": tool,
+        "args": json.dumps(args),
+        "decision": json.dumps(decision),
+        "forward": True,
+        "cost": "",
+        "guard": None,
+        "guard_key": None,
+        "once": False,
+        "offsets": None,
+        "retries": 0,
+        "undo_tool": "",
+        "trusted": 0.0,
+        "lookup": 0.0,
+        "key": None,
+        "refusal": "",
+        "detail": "",
+        "outcome": "{}",
+        "entry_kind": EntryKind.STEP_RECORDED.value,
+        **more,
+    }
 
 
 @dataclass(frozen=True)
@@ -173,13 +211,15 @@ def task_create(
         task = Task.objects.create(
             kind=kind, goal=goal, refs=_json(dict(refs or {})), plan=_json(plan or [])
         )
-        entry(
-            kind=EntryKind.TASK_CREATED,
-            task_id=task.pk,
-            actor=actor,
-            goal=goal,
-            **({"plan": task.plan} if task.plan else {}),
-        ).save()
+        entries_add(
+            entry(
+                kind=EntryKind.TASK_CREATED,
+                task_id=task.pk,
+                actor=actor,
+                goal=goal,
+                **({"plan": task.plan} if task.plan else {}),
+            )
+        )
     return task
 
 
@@ -224,25 +264,23 @@ def step_record(
     guard, guard_key = checked.guard, checked.guard_key
     once = bool(guard_key) and tool.once(args)
     trusted = tool.key_lifetime * (1.0 - policy.key_margin)
-    params: list[Any] = [
-        lease.task_id,
-        lease.token,
-        lease_seconds(),
-        undo_of is None,
-        tool.name,
-        json.dumps(args),
-        str(tool.cost),
-        guard,
-        guard_key,
-        once,
-        offsets,
-        retries,
-        tool.compensation or "",
-        trusted.total_seconds(),
-        (tool.key_lifetime + tool.lookup_lag).total_seconds(),
-        json.dumps(raw),
-        undo_key(undo_of.key, retries) if undo_of is not None else None,
-        json.dumps(
+    params = _record_params(
+        lease,
+        tool=tool.name,
+        args=args,
+        decision=raw,
+        forward=undo_of is None,
+        cost=str(tool.cost),
+        guard=guard,
+        guard_key=guard_key,
+        once=once,
+        offsets=offsets,
+        retries=retries,
+        undo_tool=tool.compensation or "",
+        trusted=trusted.total_seconds(),
+        lookup=(tool.key_lifetime + tool.lookup_lag).total_seconds(),
+        key=undo_key(undo_of.key, retries) if undo_of is not None else None,
+        entry=json.dumps(
             {
                 "tool": tool.name,
                 "args": args,
@@ -252,7 +290,7 @@ def step_record(
                 "retry": retries,
             }
         ),
-    ]
+    )
     try:
         # One statement, so one round trip and its own commit (a savepoint inside a caller's
         # transaction, so a refusal by the database leaves that transaction usable).
@@ -371,7 +409,8 @@ def _json_or_repr(value: Any) -> Any:
 
 
 class _Refuser:
-    """Records a decision as ``not_done`` with the reason it was refused; nothing is sent."""
+    """Records a decision as ``not_done`` with the reason it was refused; nothing is sent.
+    Through ``journal_record``, like any step: the task must be runnable and the lease ours."""
 
     def __init__(self, *, lease: Lease, decision: Call, args: Any, raw: Any, retries: int) -> None:
         self.lease, self.decision, self.args, self.raw = lease, decision, args, raw
@@ -392,34 +431,45 @@ class _Refuser:
             Refusal.IN_FLIGHT: EntryKind.GUARD_REFUSED,
             Refusal.ALREADY_DONE: EntryKind.GUARD_REFUSED,
         }.get(code, EntryKind.DECISION_REFUSED)
-        with transaction.atomic():
-            n = fence(self.lease, allocate_step=True).step_count
-            step = Step.objects.create(
-                task_id=self.lease.task_id,
-                n=n,
-                kind=StepKind.CALL,
-                tool=self.decision.tool[:100],
-                args=self.args,
-                key=step_key(self.lease.task_id, n),
-                guard=guard,
-                guard_key=guard_key,
-                refusal=code,
-                retries=self.retries,
-                state=StepState.NOT_DONE,
-                detail=reason,
-                outcome={"proof": reason, "refusal": str(code), **_json_or_repr(facts)},
-                settled_at=Now(),
-                decision=self.raw,
-            )
-            entry(
-                kind=kind,
-                task_id=self.lease.task_id,
-                step_id=step.pk,
-                proof=reason,
-                refusal=str(code),
-                **_json_or_repr(facts),
-            ).save()
-        return step
+        known = _json_or_repr(facts)
+        outcome = {"proof": reason, "refusal": str(code), **known}
+        params = _record_params(
+            self.lease,
+            tool=self.decision.tool[:100],
+            args=self.args,
+            decision=self.raw,
+            guard=guard,
+            guard_key=guard_key,
+            retries=self.retries,
+            refusal=str(code),
+            detail=reason,
+            outcome=json.dumps(outcome),
+            entry=json.dumps({"proof": reason, "refusal": str(code), **known}),
+            entry_kind=kind.value,
+        )
+        with prepared_cursor() as cursor:
+            cursor.execute(RECORD, params)
+            row = cursor.fetchone()
+        if row is None:
+            raise not_recorded(self.lease)
+        self.lease.versions.append(int(row[3]))
+        return Step(
+            pk=row[0],
+            task_id=self.lease.task_id,
+            n=row[1],
+            kind=StepKind.CALL,
+            tool=params["tool"],
+            args=self.args,
+            key=row[2],
+            guard=guard,
+            guard_key=guard_key,
+            refusal=code,
+            retries=self.retries,
+            state=StepState.NOT_DONE,
+            detail=reason,
+            outcome=outcome,
+            decision=self.raw,
+        )
 
 
 def task_finish(
@@ -441,28 +491,29 @@ def task_finish(
     with prepared_cursor() as cursor:
         cursor.execute(
             FINISH,
-            [
-                lease.task_id,
-                lease.token,
-                str(to),
-                shortfall,
-                summary,
-                json.dumps(outcome),
-                json.dumps(raw),
-                json.dumps({"summary": summary}),
-            ],
+            {
+                "task": lease.task_id,
+                "token": lease.token,
+                "lease": lease_seconds(),
+                "to": str(to),
+                "shortfall": shortfall,
+                "detail": summary,
+                "outcome": json.dumps(outcome),
+                "decision": json.dumps(raw),
+                "entry": json.dumps({"summary": summary}),
+            },
         )
         row = cursor.fetchone()
     if row is None:
         raise not_recorded(lease)
-    lease.versions.append(int(row[2]))
+    lease.versions.append(int(row[3]))
     lease.released = True  # the run ends here: given back in the same statement
     return Step(
         pk=row[0],
         task_id=lease.task_id,
         n=row[1],
         kind=StepKind.FINISH,
-        key=step_key(lease.task_id, row[1]),
+        key=row[2],
         state=StepState.DONE,
         detail=summary,
         outcome=outcome,

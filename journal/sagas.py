@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from journal.entries import entry
+from journal.entries import entries_add, entry
 from journal.leases import Lease, fence
 from journal.models import Approval, ApprovalState, EntryKind, Step, Task, TaskStatus
 from journal.outcomes import StepState
@@ -58,7 +58,9 @@ def saga_unwind(*, task_id: UUID, reason: str, actor: str = "", lease: Lease | N
             unwinding=True, version=F("version") + 1
         )
         if started:
-            entry(kind=EntryKind.SAGA_UNWINDING, task_id=task_id, actor=actor, reason=reason).save()
+            entries_add(
+                entry(kind=EntryKind.SAGA_UNWINDING, task_id=task_id, actor=actor, reason=reason)
+            )
     return bool(started)
 
 
@@ -180,14 +182,16 @@ def approval_expire(*, approval: Approval, actor: str = "") -> None:
             pk=approval.pk, state__in=[ApprovalState.PENDING, ApprovalState.APPROVED]
         ).update(state=ApprovalState.EXPIRED)
         if expired:
-            entry(
-                kind=EntryKind.APPROVAL_DECIDED,
-                task_id=approval.task_id,
-                actor=actor,
-                approval=approval.pk,
-                decision="expired",
-                expires_at=approval.expires_at.isoformat(),
-            ).save()
+            entries_add(
+                entry(
+                    kind=EntryKind.APPROVAL_DECIDED,
+                    task_id=approval.task_id,
+                    actor=actor,
+                    approval=approval.pk,
+                    decision="expired",
+                    expires_at=approval.expires_at.isoformat(),
+                )
+            )
 
 
 def approval_spent(*, approval: Approval, step: Step) -> None:
@@ -207,10 +211,12 @@ def effect_checked(*, lease: Lease, fact: StepFact, stands: bool | None, error: 
     with transaction.atomic():
         fence(lease)
         step = Step.objects.only("pk").get(task_id=lease.task_id, n=fact.n)
-        entry(
-            kind=EntryKind.EFFECT_CHECKED,
-            task_id=lease.task_id,
-            step_id=step.pk,
-            stands=stands,
-            **({"error": error} if error else {}),
-        ).save()
+        entries_add(
+            entry(
+                kind=EntryKind.EFFECT_CHECKED,
+                task_id=lease.task_id,
+                step_id=step.pk,
+                stands=stands,
+                **({"error": error} if error else {}),
+            )
+        )

@@ -1,9 +1,9 @@
 """Changing a step's state: starting an attempt, settling it, marking it unknown.
 
-Settling to ``done`` or ``not_done`` is monotone and needs no lease: the runner, a lookup
-and a provider's webhook may all report the same effect, in any order, and only the first
-report changes anything. Marking ``unknown`` and starting attempts belong to the lease
-holder.
+Settling to ``done`` or ``not_done`` is ``journal_settle`` (journal/sql), the one place a
+step settles: monotone, and with no lease needed — the runner, a lookup and a provider's
+webhook may all report the same effect, in any order, and only the first report changes
+anything. Marking ``unknown`` and starting attempts belong to the lease holder.
 
 Every change here takes the task's row lock first (the fence does, under a lease), so it
 judges the task's status after any concurrent change of it has committed: a webhook that
@@ -18,12 +18,13 @@ from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
-from django.db.models import F, Subquery
+from django.db.models import F
 from django.db.models.functions import Now
 
 from journal.db import prepared_cursor
-from journal.entries import entry
+from journal.entries import entries_add, entries_json, entry
 from journal.leases import Lease, LeaseLost, fence, lease_seconds
 from journal.models import Attention, Entry, EntryKind, Step, TaskStatus
 from journal.outcomes import LIVE_STATES, SETTLED_STATES, Outcome, StepState
@@ -32,24 +33,6 @@ from journal.status import task_flag, task_transition
 
 class StepAlreadySettled(Exception):
     """The step settled meanwhile (a webhook beat the runner); there is nothing to retry."""
-
-
-def _lock_task_of(step_id: int) -> str:
-    """Lock the task row of a step (waiting for any writer of it to commit), note that the
-    task changed (its runner reads its facts again), and return its status."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE journal_task SET version = version + 1
-             WHERE id = (SELECT task_id FROM journal_step WHERE id = %s)
-         RETURNING status
-            """,
-            [step_id],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        raise Step.DoesNotExist(f"no step {step_id}")
-    return str(row[0])
 
 
 def step_attempt_start(*, lease: Lease, step: Step, lookup: dict[str, Any] | None = None) -> int:
@@ -69,30 +52,31 @@ def step_attempt_start(*, lease: Lease, step: Step, lookup: dict[str, Any] | Non
         )
         if not updated:
             raise StepAlreadySettled(step.key)
-        entries = [
-            entry(
-                kind=EntryKind.ATTEMPT_STARTED,
-                task_id=step.task_id,
-                step_id=step.pk,
-                attempt=attempt,
-                key=step.key,
-            )
-        ]
+        started = entry(
+            kind=EntryKind.ATTEMPT_STARTED,
+            task_id=step.task_id,
+            step_id=step.pk,
+            attempt=attempt,
+            key=step.key,
+        )
         if lookup is not None:
-            entries.insert(
-                0, entry(kind=EntryKind.LOOKUP, task_id=step.task_id, step_id=step.pk, **lookup)
-            )
-        Entry.objects.bulk_create(entries)
+            looked = entry(kind=EntryKind.LOOKUP, task_id=step.task_id, step_id=step.pk, **lookup)
+            entries_add(looked, started)
+        else:
+            entries_add(started)
     step.attempts = attempt
     step.lookups += 1
     step.state = StepState.PENDING
     return attempt
 
 
-# journal_settle (migration 0007): fence, settle the step, write its one entry.
+# journal_settle (journal/sql): the one place a step settles.
 SETTLE = (
-    "SELECT * FROM journal_settle(%s::bigint, %s::uuid, %s::bigint, %s::float8, %s::text, "
-    "%s::text, %s::jsonb, %s::jsonb)"
+    "SELECT * FROM journal_settle(p_step => %(step)s::bigint, p_state => %(state)s::text, "
+    "p_detail => %(detail)s::text, p_outcome => %(outcome)s::jsonb, p_entry => %(entry)s::jsonb, "
+    "p_via => %(via)s::text, p_task => %(task)s::uuid, p_token => %(token)s::bigint, "
+    "p_lease => %(lease)s::float8, p_lookups => %(lookups)s::integer, "
+    "p_actor => %(actor)s::text, p_extra => %(extra)s::jsonb)"
 )
 
 
@@ -105,141 +89,90 @@ def step_settle(
     extra: Sequence[Entry] = (),
     actor: str = "",
     attempt: Mapping[str, Any] | None = None,
+    lookup: bool = False,
 ) -> bool:
     """Settle a step ``done`` or ``not_done``. Returns whether this call changed it.
 
-    A settled step never moves: a repeated report changes nothing; a contradicting one is
-    logged as a conflict and the task is flagged for a human. When the step settles, a
-    task that was waiting for it can advance again; a ``done`` undo marks the step it
-    undoes as offset (so its object's once-only effect may happen again).
+    One statement, ``journal_settle``. A settled step never moves: a repeated report changes
+    nothing; a contradicting one is logged as a conflict and the task is flagged for a
+    human. When the step settles, a task that was waiting for it can advance again; a
+    ``done`` undo marks the step it undoes as offset (so its object's once-only effect may
+    happen again). ``attempt`` are the facts of the attempt that ended so (written into the
+    settlement's entry; when the step had settled already, as an entry of their own);
+    ``lookup`` says a lookup settled it (counted as a reconciliation round).
     """
     if outcome.state not in SETTLED_STATES:
         raise ValueError(f"step_settle takes done or not_done, not {outcome.state}")
-    if lease is not None and not extra and not actor:
-        changed = _settle_fast(lease, step_id, outcome, via, attempt or {})
-        if changed:
-            return True
-        # Settled meanwhile (a webhook beat the runner): the slow path tells a repeat from a
-        # contradiction, and records the attempt that ran anyway.
-    if attempt:
-        step = Step.objects.only("task_id").get(pk=step_id)
-        extra = [
-            entry(
-                kind=EntryKind.ATTEMPT_ENDED,
-                task_id=step.task_id,
-                step_id=step_id,
-                **dict(attempt),
-            ),
-            *extra,
-        ]
-    with transaction.atomic():
-        status = fence(lease).status if lease is not None else _lock_task_of(step_id)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                UPDATE journal_step
-                   SET state = %s, detail = %s, outcome = %s::jsonb, settled_at = now(),
-                       next_check_at = NULL
-                 WHERE id = %s AND state IN (%s, %s)
-             RETURNING task_id, key, offsets_id
-                """,
-                [
-                    outcome.state,
-                    outcome.detail,
-                    json.dumps(dict(outcome.data)),
-                    step_id,
-                    *LIVE_STATES,
-                ],
-            )
-            row = cursor.fetchone()
-        if row is None:
-            step = Step.objects.only("task_id", "state", "key").get(pk=step_id)
-            Entry.objects.bulk_create(list(extra))
-            if step.state != outcome.state:
-                step_conflict(
-                    step=step,
-                    reason=(
-                        f"step {step.key} is settled {step.state} but {via} reports "
-                        f"{outcome.state}: {outcome.detail}"
-                    ),
-                    via=via,
-                    actor=actor,
-                    reported=outcome.state,
-                    **dict(outcome.data),
-                )
-            return False
-        task_id, key, offsets_id = row
-        Entry.objects.bulk_create(
-            [
-                *extra,
-                entry(
-                    kind=EntryKind.STEP_SETTLED,
-                    task_id=task_id,
-                    step_id=step_id,
-                    actor=actor,
-                    state=outcome.state,
-                    via=via,
-                    detail=outcome.detail,
-                    **dict(outcome.data),
-                ),
-            ]
-        )
-        if offsets_id is not None and outcome.state == StepState.DONE:
-            Step.objects.filter(pk=offsets_id, offset_by__isnull=True).update(offset_by=step_id)
-        if status == TaskStatus.WAITING:
-            task_transition(
-                task_id=task_id,
-                to=TaskStatus.RUNNABLE,
-                frm=[TaskStatus.WAITING],
-                step_id=step_id,
-                actor=actor,
-                reason=f"step {key} settled {outcome.state} ({via})",
-            )
-    return True
-
-
-def _settle_fast(
-    lease: Lease, step_id: int, outcome: Outcome, via: str, attempt: Mapping[str, Any]
-) -> bool:
-    """The runner's own settlement: one statement, one entry (with the attempt that ended).
-    Returns whether it changed the step."""
-    data = {
-        "state": outcome.state,
-        "via": via,
+    data = {"state": outcome.state, "via": via, "detail": outcome.detail, **dict(outcome.data)}
+    settled_entry = {**data, **dict(attempt or {})}
+    params = {
+        "step": step_id,
+        "state": str(outcome.state),
         "detail": outcome.detail,
-        **dict(outcome.data),
-        **dict(attempt),
+        "outcome": json.dumps(dict(outcome.data), cls=DjangoJSONEncoder),
+        "entry": json.dumps(settled_entry, cls=DjangoJSONEncoder),
+        "via": via,
+        "task": lease.task_id if lease is not None else None,
+        "token": lease.token if lease is not None else None,
+        "lease": lease_seconds(),
+        "lookups": 1 if lookup else 0,
+        "actor": actor,
+        "extra": entries_json(extra),
     }
+    changed = _settle(params, lease)
+    if changed is None:
+        # Settled meanwhile (a webhook beat the runner): the attempt that ran is recorded,
+        # and a contradiction is a conflict.
+        return False
+    return changed
+
+
+def _settle(params: dict[str, Any], lease: Lease | None) -> bool | None:
+    """Run journal_settle; True if it changed the step, None if the step had settled."""
     in_block = connection.in_atomic_block
     with transaction.atomic() if in_block else nullcontext():
         with prepared_cursor() as cursor:
-            cursor.execute(
-                SETTLE,
-                [
-                    step_id,
-                    lease.task_id,
-                    lease.token,
-                    lease_seconds(),
-                    outcome.state,
-                    outcome.detail,
-                    json.dumps(dict(outcome.data)),
-                    json.dumps(data),
-                ],
-            )
+            cursor.execute(SETTLE, params)
             row = cursor.fetchone()
         if row is None:
-            raise LeaseLost.of(lease)
-        changed, version, status = bool(row[0]), int(row[1]), str(row[2])
-        lease.versions.append(version)
-        if changed and status == TaskStatus.WAITING:
-            task_transition(
-                task_id=lease.task_id,
-                to=TaskStatus.RUNNABLE,
-                frm=[TaskStatus.WAITING],
-                step_id=step_id,
-                reason=f"step {step_id} settled {outcome.state} ({via})",
+            if lease is not None:
+                raise LeaseLost.of(lease)
+            raise Step.DoesNotExist(f"no step {params['step']}")
+        changed, version, _status, state, key, task_id = row
+        if lease is not None:
+            lease.versions.append(int(version))
+        if changed:
+            return True
+        attempt_facts = json.loads(params["entry"])
+        if params["token"] is not None and "attempt" in attempt_facts:
+            # The runner's attempt ran although the step had settled: its facts stand alone.
+            entries_add(
+                entry(
+                    kind=EntryKind.ATTEMPT_ENDED,
+                    task_id=task_id,
+                    step_id=params["step"],
+                    **{k: v for k, v in attempt_facts.items() if k in _ATTEMPT_FACTS},
+                )
             )
-    return changed
+        if state != params["state"]:
+            outcome = json.loads(params["outcome"])
+            step = Step(pk=params["step"], task_id=task_id, state=state, key=key)
+            step_conflict(
+                step=step,
+                reason=(
+                    f"step {key} is settled {state} but {params['via']} reports "
+                    f"{params['state']}: {params['detail']}"
+                ),
+                via=params["via"],
+                actor=params["actor"],
+                reported=params["state"],
+                **outcome,
+            )
+    return None
+
+
+# What an attempt's facts are (journal.perform's attempt_facts), when written on their own.
+_ATTEMPT_FACTS = ("attempt", "observed", "error_class", "status", "code", "classified")
 
 
 def step_conflict(*, step: Step, reason: str, via: str, actor: str = "", **facts: Any) -> None:
@@ -247,16 +180,18 @@ def step_conflict(*, step: Step, reason: str, via: str, actor: str = "", **facts
     and hand its task to a human — whatever the task's status, finished ones included. The
     step keeps its state."""
     with transaction.atomic():
-        entry(
-            kind=EntryKind.CONFLICT,
-            task_id=step.task_id,
-            step_id=step.pk,
-            actor=actor,
-            kept=step.state,
-            via=via,
-            reason=reason,
-            **facts,
-        ).save()
+        entries_add(
+            entry(
+                kind=EntryKind.CONFLICT,
+                task_id=step.task_id,
+                step_id=step.pk,
+                actor=actor,
+                kept=step.state,
+                via=via,
+                reason=reason,
+                **facts,
+            )
+        )
         task_flag(
             task_id=step.task_id,
             code=Attention.CONFLICT,
@@ -299,20 +234,18 @@ def step_mark_unknown(
         )
         if not updated:
             # Settled meanwhile by a webhook or another report: that outcome stands.
-            Entry.objects.bulk_create(list(extra))
+            entries_add(*extra)
             return
-        Entry.objects.bulk_create(
-            [
-                *extra,
-                entry(
-                    kind=EntryKind.STEP_SETTLED,
-                    task_id=step.task_id,
-                    step_id=step.pk,
-                    state=StepState.UNKNOWN,
-                    detail=outcome.detail,
-                    **dict(outcome.data),
-                ),
-            ]
+        entries_add(
+            *extra,
+            entry(
+                kind=EntryKind.STEP_SETTLED,
+                task_id=step.task_id,
+                step_id=step.pk,
+                state=StepState.UNKNOWN,
+                detail=outcome.detail,
+                **dict(outcome.data),
+            ),
         )
         if next_check_in is not None:
             task_transition(
@@ -320,7 +253,7 @@ def step_mark_unknown(
                 to=TaskStatus.WAITING,
                 frm=[TaskStatus.RUNNABLE],
                 step_id=step.pk,
-                wake_at=Subquery(Step.objects.filter(pk=step.pk).values("next_check_at")[:1]),
+                wake_in=next_check_in,  # the step's next_check_at: one clock, one commit
                 reason=f"step {step.key} is unknown; next lookup in {next_check_in:g} s",
             )
         elif give_up is not None:

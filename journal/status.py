@@ -1,9 +1,11 @@
 """A task's status, and the one place it changes (docs/design.md §7).
 
-Every status change goes through :func:`task_transition`: one UPDATE guarded by the statuses
-it may come from, and one entry saying from what, to what, by whom and why, in one
-transaction. PostgreSQL refuses any other change of status (a trigger, migration
-``0004_task_state_machine``), so a write that bypasses this module fails loudly.
+Every status change goes through ``journal_transition`` (journal/sql), which Python calls as
+:func:`task_transition` and the SQL that finishes a task calls directly: one UPDATE guarded
+by the statuses it may come from, and one entry saying from what, to what, by whom and why,
+in one transaction. PostgreSQL refuses any status change that is not a transition of
+:data:`TRANSITIONS` (the trigger ``journal_task_state_machine``), so a write that bypasses
+this module fails loudly.
 
 Attention has a code beside its sentence, so pages and tools can act on it without parsing
 prose.
@@ -11,21 +13,23 @@ prose.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
-from django.db.models import F, Q
-from django.db.models.expressions import Combinable
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection, transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 
-from journal.entries import entry
-from journal.leases import Lease, fence
-from journal.models import Attention, EntryKind, Task, TaskStatus
+from journal.entries import entries_add
+from journal.leases import Lease, LeaseLost, lease_seconds
+from journal.models import Attention, Entry, Task, TaskStatus
 
-# Who may follow whom. Mirrored by the trigger of migration 0004; change both together.
+# Who may follow whom. Mirrored by journal/sql/journal_task_transition; a test checks they
+# agree (tests/journal/test_status.py).
 TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     TaskStatus.RUNNABLE: frozenset(
         {
@@ -65,6 +69,16 @@ class TransitionRefused(Exception):
     """The task is not in a status this change may be made from; nothing was written."""
 
 
+# journal_transition (journal/sql): the one place a task's status changes.
+TRANSITION = (
+    "SELECT * FROM journal_transition(p_task => %(task)s::uuid, p_to => %(to)s::text, "
+    "p_from => %(frm)s::text[], p_token => %(token)s::bigint, p_lease => %(lease)s::float8, "
+    "p_release => %(release)s::boolean, p_wake_at => %(wake_at)s::timestamptz, "
+    "p_wake_in => %(wake_in)s::float8, p_code => %(code)s::text, p_reason => %(reason)s::text, "
+    "p_actor => %(actor)s::text, p_step => %(step)s::bigint, p_data => %(data)s::jsonb)"
+)
+
+
 def task_transition(
     *,
     task_id: UUID,
@@ -75,77 +89,62 @@ def task_transition(
     reason: str = "",
     code: Attention | str = "",
     step_id: int | None = None,
-    wake_at: datetime | Combinable | None = None,
-    extra: Sequence[Any] = (),
+    wake_at: datetime | None = None,
+    wake_in: float | None = None,
+    extra: Sequence[Entry] = (),
     release: Lease | None = None,
-    columns: dict[str, Any] | None = None,
     **data: Any,
 ) -> bool:
     """Move the task to ``to`` if its status is one of ``frm`` (default: every status ``to``
     may follow). Returns whether it moved; when it did not, nothing is written.
 
-    Runs in the caller's transaction when there is one (a service that settles a step and
-    wakes its task does both in one commit). With ``lease``, the write is fenced first; with
-    ``release``, that lease is given back cleanly in the same update (the run ends here).
-    ``wake_at`` is required for ``waiting``; ``code`` and ``reason`` for ``needs_human``.
-    ``columns`` are other columns of the task the same update sets (never its status).
+    One statement (``journal_transition``), in the caller's transaction when there is one (a
+    service that settles a step and wakes its task does both in one commit). With ``lease``,
+    the write is fenced first (:class:`LeaseLost` if it was taken over); with ``release``,
+    that lease is given back cleanly in the same update (the run ends here). ``wake_at`` (or
+    ``wake_in`` seconds from the database's now) is required for ``waiting``; ``code`` and
+    ``reason`` for ``needs_human``. ``extra`` entries are written after it, if it moved.
     """
-    columns = dict(columns or {})
-    if "status" in columns:
-        raise ValueError("a task's status changes only by its transition")
     allowed = sources(to)
-    froms = [s for s in (frm if frm is not None else allowed) if s in allowed]
-    if to == TaskStatus.WAITING and wake_at is None:
+    froms = [str(s) for s in (frm if frm is not None else allowed) if s in allowed]
+    if to == TaskStatus.WAITING and wake_at is None and wake_in is None:
         raise ValueError("a waiting task needs a wake_at")
     if to == TaskStatus.NEEDS_HUMAN and not (code and reason):
         raise ValueError("a task handed to a human needs an attention code and a reason")
-    changes: dict[str, Any] = {"status": to, "wake_at": wake_at, "version": F("version") + 1}
-    if release is not None:
-        changes.update(lease_expires_at=None, lease_owner="", lease_taken_at=None, failed_runs=0)
-    if to == TaskStatus.NEEDS_HUMAN:
-        changes.update(attention=reason, attention_code=str(code))
-    else:
-        changes.update(attention="", attention_code="")
+    if release is not None and lease is not None and release is not lease:
+        raise ValueError("a run gives back the lease it fences with")
+    holder = lease or release
     with transaction.atomic():
-        if lease is not None:
-            fence(lease)
-        if len(froms) == 1:
-            # One status it may come from: the UPDATE checks it (under the row's lock, seeing
-            # any change committed before it), and that is what it came from.
-            was = str(froms[0])
-        else:
-            rows = list(
-                Task.objects.filter(pk=task_id, status__in=froms)
-                .values_list("status", flat=True)
-                .select_for_update()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                TRANSITION,
+                {
+                    "task": task_id,
+                    "to": str(to),
+                    "frm": froms,
+                    "token": holder.token if holder is not None else None,
+                    "lease": lease_seconds(),
+                    "release": release is not None,
+                    "wake_at": wake_at,
+                    "wake_in": wake_in,
+                    "code": str(code),
+                    "reason": reason,
+                    "actor": actor,
+                    "step": step_id,
+                    "data": json.dumps(data, cls=DjangoJSONEncoder),
+                },
             )
-            if not rows:
-                return False
-            was = rows[0]
-        moved = Task.objects.filter(pk=task_id, status=was)
-        if release is not None:
-            moved = moved.filter(lease_token=release.token)
-        if not moved.update(**changes, **columns):
+            row = cursor.fetchone()
+        if row is None:  # only a fenced transition returns no row
+            raise LeaseLost.of(holder) if holder is not None else Task.DoesNotExist(task_id)
+        moved, version = row
+        if moved is None:
             return False
+        if lease is not None:
+            lease.versions += [int(version) - 1, int(version)]  # the fence's, then its own
         if release is not None:
             release.released = True
-        kind = {
-            TaskStatus.RUNNABLE: EntryKind.TASK_RESUMED,
-            TaskStatus.WAITING: EntryKind.TASK_WAITING,
-            TaskStatus.AWAITING_APPROVAL: EntryKind.APPROVAL_REQUESTED,
-            TaskStatus.NEEDS_HUMAN: EntryKind.TASK_FLAGGED,
-            TaskStatus.FINISHED: EntryKind.TASK_FINISHED,
-            TaskStatus.CANCELLED: EntryKind.TASK_CANCELLED,
-            TaskStatus.COMPENSATED: EntryKind.TASK_FINISHED,
-        }[to]
-        facts = {"from": was, "to": str(to), **data}
-        if reason:
-            facts["reason"] = reason
-        if code:
-            facts["code"] = str(code)
-        entry(kind=kind, task_id=task_id, step_id=step_id, actor=actor, **facts).save()
-        for extra_entry in extra:
-            extra_entry.save()
+        entries_add(*extra)
     return True
 
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from agentops.customers.selectors import PaymentState, payment_of
 from agentops.runner import task_start
-from journal.entries import entry
+from journal.entries import entries_add, entry
 from journal.models import EntryKind, Task
 
 # Who a retry from the payment page is recorded as: the link is a bearer token, and whoever
@@ -90,14 +90,16 @@ def payment_retry(*, invoice: str, actor: str, reason: str = "") -> Task:
             goal = f"{actor} (an operator) tried paying {invoice} again from the task page"
         task = task_start(kind="renewal", goal=goal, refs=dict(last.refs), actor=actor)
         if actor != CUSTOMER:
-            entry(
-                kind=EntryKind.OPERATOR_ACTION,
-                task_id=task.pk,
-                actor=actor,
-                action="retry_payment",
-                reason=why,
-                after=str(last.pk),
-            ).save()
+            entries_add(
+                entry(
+                    kind=EntryKind.OPERATOR_ACTION,
+                    task_id=task.pk,
+                    actor=actor,
+                    action="retry_payment",
+                    reason=why,
+                    after=str(last.pk),
+                )
+            )
         return task
 
 

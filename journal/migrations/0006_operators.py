@@ -2,35 +2,8 @@
 
 from django.db import migrations, models
 
-# Two roles for people (agentops/operators): who may only look, and who may act.
-READ_ONLY = "Operators (read-only)"
-ACTING = "Operators"
-VIEW = ["view_task", "view_step", "view_entry", "view_approval"]
-ACT = [
-    "start_task",
-    "reconcile_step",
-    "resolve_step",
-    "decide_approval",
-    "compensate_saga",
-    "resume_task",
-]
-
-
-def groups(apps, schema_editor):
-    from django.contrib.auth.management import create_permissions
-
-    # Permissions are made after migrations; these groups need them now.
-    for config in apps.get_app_configs():
-        config.models_module = True
-        create_permissions(config, verbosity=0, apps=apps, using=schema_editor.connection.alias)
-        config.models_module = None
-    group = apps.get_model("auth", "Group")
-    permission = apps.get_model("auth", "Permission")
-    journal = {"content_type__app_label": "journal"}
-    viewer, _ = group.objects.using(schema_editor.connection.alias).get_or_create(name=READ_ONLY)
-    viewer.permissions.set(permission.objects.filter(codename__in=VIEW, **journal))
-    actor, _ = group.objects.using(schema_editor.connection.alias).get_or_create(name=ACTING)
-    actor.permissions.set(permission.objects.filter(codename__in=VIEW + ACT, **journal))
+# The operators' groups (auth tables, not the journal's) were made here; agentops' migration
+# 0004_operator_groups makes them now: each app's migrations touch only its own tables.
 
 
 class Migration(migrations.Migration):
@@ -73,5 +46,4 @@ class Migration(migrations.Migration):
             model_name="task",
             index=models.Index(fields=["status", "-created_at"], name="journal_task_status_newest"),
         ),
-        migrations.RunPython(groups, migrations.RunPython.noop),
     ]

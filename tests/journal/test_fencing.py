@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.db.models.functions import Now
 
 from journal.leases import Lease, LeaseLost, lease_acquire
 from journal.models import Attention, Entry, Step, Task, TaskStatus
@@ -50,7 +49,7 @@ WRITES: dict[str, Write] = {
         lease=lease, task_id=lease.task_id, code=Attention.PARKED, reason="stop"
     ),
     "task_transition": lambda lease, step: task_transition(
-        lease=lease, task_id=lease.task_id, to=TaskStatus.WAITING, wake_at=Now()
+        lease=lease, task_id=lease.task_id, to=TaskStatus.WAITING, wake_in=0
     ),
 }
 

@@ -26,7 +26,7 @@ def task_in(status: TaskStatus) -> Task:
     """A task brought to ``status`` the legal way."""
     task = task_create(kind="renewal", goal=f"to be {status}")
     if status == TaskStatus.WAITING:
-        task_transition(task_id=task.pk, to=TaskStatus.WAITING, wake_at=Now())
+        task_transition(task_id=task.pk, to=TaskStatus.WAITING, wake_in=0)
     if status in (TaskStatus.NEEDS_HUMAN, TaskStatus.CANCELLED):
         task_flag(task_id=task.pk, code=Attention.PARKED, reason="set aside")
     if status == TaskStatus.CANCELLED:
@@ -80,7 +80,7 @@ def test_every_transition_is_one_entry_with_from_to_who_and_why() -> None:
         "code": "conflict",
     }
     # A transition that is not allowed from where the task is writes nothing.
-    assert not task_transition(task_id=task.pk, to=TaskStatus.WAITING, wake_at=Now())
+    assert not task_transition(task_id=task.pk, to=TaskStatus.WAITING, wake_in=0)
     assert Entry.objects.filter(task=task).count() == 2  # created, flagged
 
 
