@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from devtools.chaos.kill import armed
 
@@ -92,3 +93,21 @@ def test_a_worker_is_armed_only_with_a_point_and_a_tool_that_exist() -> None:
     for wrong in ("during:send_email", "before_call:send_fax", "before_call"):
         with pytest.raises(ValueError, match="AGENTOPS_CHAOS_KILL"):
             armed(wrong)
+
+
+@pytest.mark.usefixtures("committed")
+def test_the_dashboard_benchmark_seeds_history_under_the_journal_s_rules() -> None:
+    """The benchmark writes finished tasks' history in bulk, as their owner, with only the
+    rule about a step's birth set aside for that transaction: every other rule holds, and
+    the rule is back on afterwards."""
+    from devtools.bench.dashboard import long_task, seed
+    from journal.models import Step
+
+    seed(tasks=20, entries=60)
+    task_id = long_task(steps=5)
+    assert (
+        list(Step.objects.filter(task_id=task_id).values_list("state", flat=True)) == ["done"] * 5
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tgenabled FROM pg_trigger WHERE tgname = 'journal_step_born'")
+        assert cursor.fetchone() == ("O",)  # enabled again
