@@ -11,17 +11,9 @@ import datetime as dt
 import time
 from typing import Any
 
-from sandbox.common import (
-    JSON,
-    ApiError,
-    Provider,
-    Request,
-    base_arg_parser,
-    invalid,
-    missing,
-    new_id,
-    serve,
-)
+from sandbox.provider import Provider
+from sandbox.server import base_arg_parser, serve
+from sandbox.wire import JSON, ApiError, Request, invalid, missing, new_id
 
 
 def _required_str(params: JSON, name: str) -> str:

@@ -10,7 +10,9 @@ import copy
 import re
 import time
 
-from sandbox.common import JSON, Provider, Request, base_arg_parser, invalid, missing, new_id, serve
+from sandbox.provider import Provider
+from sandbox.server import base_arg_parser, serve
+from sandbox.wire import JSON, Request, invalid, missing, new_id
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 

@@ -1,0 +1,314 @@
+"""The base of every sandbox provider: its routes, ledger, fault log and settings, the
+``/_sandbox`` admin endpoints, and the pipeline that runs one request through faults,
+idempotency and its handler.
+
+Each provider subclasses :class:`Provider`, registers its routes, and runs it with
+:func:`sandbox.server.serve`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sandbox.faults import LIES, Fault, FaultSet
+from sandbox.idempotency import IdempotencyStore, request_fingerprint
+from sandbox.wire import (
+    JSON,
+    ApiError,
+    DropConnection,
+    Handler,
+    Request,
+    Response,
+    invalid,
+    refusal_body,
+)
+
+if TYPE_CHECKING:
+    from sandbox.server import SandboxServer
+
+# Settings whose values /_sandbox/config accepts but never returns.
+SECRET_SETTINGS = frozenset({"webhook_secret"})
+
+
+@dataclass
+class Route:
+    method: str
+    pattern: re.Pattern[str]
+    handler: Handler
+    operation: str | None  # None for admin routes: no faults, no idempotency
+
+
+class Provider:
+    """One simulated provider: its routes, objects (in subclasses), ledger and admin API."""
+
+    name = "provider"
+
+    def __init__(self, *, key_lifetime: float = 86400.0) -> None:
+        self.lock = threading.RLock()
+        self.routes: list[Route] = []
+        self.ledger: list[JSON] = []
+        # Every fault as it was applied to a request (or, for "down", posted), with the
+        # request's idempotency key: what the chaos run counts and times recovery from.
+        self.fault_log: list[JSON] = []
+        self.idempotency = IdempotencyStore(
+            key_lifetime,
+            on_expired=lambda key: self.note_fault("key_expired", "*", key=key),
+        )
+        self.faults = FaultSet()
+        self.server: SandboxServer | None = None
+        self.config: JSON = {"key_lifetime": key_lifetime}
+        self.route("GET", "/_sandbox/health", self._health)
+        self.route("GET", "/_sandbox/ledger", self._ledger)
+        self.route("GET", "/_sandbox/faults", self._faults_list)
+        self.route("GET", "/_sandbox/fault_log", self._fault_log)
+        self.route("POST", "/_sandbox/faults", self._faults_add)
+        self.route("DELETE", "/_sandbox/faults", self._faults_clear)
+        self.route("GET", "/_sandbox/config", self._config_get)
+        self.route("POST", "/_sandbox/config", self._config_set)
+        self.route("POST", "/_sandbox/reset", self._reset)
+
+    # -- registration and hooks
+
+    def route(self, method: str, path: str, handler: Handler, operation: str | None = None) -> None:
+        regex = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$"
+        self.routes.append(Route(method, re.compile(regex), handler, operation))
+
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        path_found = False
+        for r in self.routes:
+            m = r.pattern.match(path)
+            if m:
+                path_found = True
+                if r.method == method:
+                    return r, m.groupdict()
+        if path_found:
+            raise ApiError(405, "invalid_request_error", f"Method {method} not allowed")
+        return None
+
+    def authenticate(self, request: Request) -> None:
+        """Raise :class:`ApiError` 401 if the request is not authorised (payments)."""
+
+    def apply_config(self, changes: JSON) -> None:
+        """Subclasses validate and apply their own settings, then call super()."""
+        if "key_lifetime" in changes:
+            self.idempotency.lifetime = float(changes["key_lifetime"])
+        self.config.update(changes)
+
+    def reset_objects(self) -> None:
+        """Subclasses clear their objects."""
+
+    def record(
+        self,
+        operation: str,
+        request: Request,
+        reference: str | None,
+        object_id: str,
+        **extra: Any,
+    ) -> None:
+        entry: JSON = {
+            "operation": operation,
+            "key": request.idempotency_key,
+            "reference": reference,
+            "object_id": object_id,
+            "params": request.params,
+            "at": time.time(),
+            "request_id": request.request_id,
+        }
+        entry.update(extra)
+        with self.lock:
+            self.ledger.append(entry)
+
+    def note_fault(
+        self, fault: str, operation: str, *, key: str | None = None, **extra: Any
+    ) -> None:
+        """Log a fault as it is applied (see ``fault_log``)."""
+        entry: JSON = {"at": time.time(), "fault": fault, "operation": operation, "key": key}
+        entry.update(extra)
+        with self.lock:
+            self.fault_log.append(entry)
+
+    # -- admin endpoints
+
+    def _health(self, request: Request) -> JSON:
+        return {"ok": True, "provider": self.name}
+
+    def _ledger(self, request: Request) -> JSON:
+        key = request.query.get("key")
+        reference = request.query.get("reference")
+        operation = request.query.get("operation")
+        with self.lock:
+            rows = [
+                e
+                for e in self.ledger
+                if (key is None or e["key"] == key)
+                and (reference is None or e["reference"] == reference)
+                and (operation is None or e["operation"] == operation)
+            ]
+        return {"data": rows}
+
+    def _faults_list(self, request: Request) -> JSON:
+        return {"data": self.faults.list()}
+
+    def _fault_log(self, request: Request) -> JSON:
+        with self.lock:
+            return {"data": list(self.fault_log)}
+
+    def _faults_add(self, request: Request) -> JSON:
+        fault = self.faults.add(request.params)
+        if fault.fault == "down":
+            if self.server is None:
+                raise invalid("server not running")
+            self.server.go_down(fault.delay)
+            self.note_fault("down", "*", delay=fault.delay)
+        return {"fault": fault.as_json()}
+
+    def _faults_clear(self, request: Request) -> JSON:
+        self.faults.clear()
+        return {"data": []}
+
+    def _config_get(self, request: Request) -> JSON:
+        # Secrets can be set here but are never read back: whoever can reach the sandbox
+        # could otherwise forge what it signs.
+        with self.lock:
+            return {
+                "config": {
+                    k: (None if v is None else "(set)") if k in SECRET_SETTINGS else v
+                    for k, v in self.config.items()
+                }
+            }
+
+    def _config_set(self, request: Request) -> JSON:
+        unknown = set(request.params) - set(self.config)
+        if unknown:
+            raise invalid(f"unknown settings: {sorted(unknown)}; known: {sorted(self.config)}")
+        try:
+            with self.lock:
+                self.apply_config(request.params)
+        except (TypeError, ValueError) as exc:
+            raise invalid(f"bad setting: {exc}") from exc
+        return self._config_get(request)
+
+    def _reset(self, request: Request) -> JSON:
+        with self.lock:
+            self.reset_objects()
+            self.ledger.clear()
+            self.fault_log.clear()
+        self.idempotency.clear()
+        self.faults.clear()
+        return {"ok": True}
+
+    # -- request pipeline
+
+    def handle(self, request: Request, route: Route) -> Response:
+        """Run one request through faults, idempotency and the handler.
+
+        Raises :class:`DropConnection` for faults that end without a reply.
+        """
+        fault: Fault | None = None
+        if route.operation is not None:
+            fault = self.faults.take(route.operation)
+            if fault is not None:
+                self.note_fault(fault.fault, route.operation, key=request.idempotency_key)
+        try:
+            if route.operation is not None:
+                self.authenticate(request)
+        except ApiError as exc:
+            return Response(exc.status, exc.body)
+        if fault is not None:
+            if fault.fault == "error_500_before":
+                return _api_error_500(request)
+            if fault.fault == "rate_limit":
+                return Response(
+                    429,
+                    {
+                        "error": {
+                            "type": "invalid_request_error",
+                            "code": "rate_limit",
+                            "message": "Too many requests hit the API too quickly.",
+                        }
+                    },
+                )
+            if fault.fault == "misdirected":
+                # What a provider says to a request meant for another server (a wrong base
+                # address behind a shared front end): it refuses us, not the action.
+                return Response(
+                    421, refusal_body("misdirected_request", "This request is not for this server.")
+                )
+            if fault.fault == "conflict":
+                return Response(
+                    409,
+                    {
+                        "error": {
+                            "type": "invalid_request_error",
+                            "code": "lock_timeout",
+                            "message": "This object cannot be accessed right now because "
+                            "another API request or Stripe process is currently accessing it.",
+                        }
+                    },
+                )
+        key = request.idempotency_key if request.method == "POST" else None
+        if route.operation is None:
+            key = None
+        if key is not None:
+            owed = self.idempotency.begin(
+                key, request_fingerprint(request.method, request.path, request.params)
+            )
+            if owed is not None:
+                # A replay (or an idempotency refusal) performs no effect, but the network
+                # faults still apply to its reply.
+                owed.headers.setdefault("Idempotency-Key", key)
+                return self._deliver_reply(owed, fault, before=True)
+        try:
+            if fault is not None and fault.fault == "latency_before_effect":
+                time.sleep(fault.delay)
+            try:
+                result = route.handler(request)
+                response = result if isinstance(result, Response) else Response(200, result)
+            except ApiError as exc:
+                response = Response(exc.status, exc.body)
+            if key is not None:
+                response.headers["Idempotency-Key"] = key
+            response.headers.setdefault("Request-Id", request.request_id)
+            if fault is not None and fault.fault == "error_500_after" and response.status < 300:
+                response = _api_error_500(request)
+                if key is not None:
+                    response.headers["Idempotency-Key"] = key
+            if key is not None:
+                self.idempotency.finish(key, response)
+                key = None
+        finally:
+            if key is not None:  # the handler crashed: nothing saved
+                self.idempotency.abandon(key)
+        return self._deliver_reply(response, fault, before=False)
+
+    @staticmethod
+    def _deliver_reply(response: Response, fault: Fault | None, *, before: bool) -> Response:
+        if fault is not None and before and fault.fault == "latency_before_effect":
+            time.sleep(fault.delay)
+        if fault is not None and fault.fault == "latency_after_effect":
+            time.sleep(fault.delay)
+        if fault is not None and fault.fault == "drop_after_effect":
+            raise DropConnection(rst=False)
+        lie = LIES.get(fault.fault) if fault is not None else None
+        if lie is not None and response.status < 300:
+            raw, content_type = lie
+            return Response(200, {}, dict(response.headers), raw=raw, content_type=content_type)
+        return response
+
+
+def _api_error_500(request: Request) -> Response:
+    return Response(
+        500,
+        {
+            "error": {
+                "type": "api_error",
+                "message": "An unknown error occurred (sandbox fault), request "
+                f"{request.request_id}.",
+            }
+        },
+        {"Request-Id": request.request_id},
+    )
