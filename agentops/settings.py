@@ -208,6 +208,11 @@ SWEEP_BACKOFF_MAX_SECONDS = _env_float("SWEEP_BACKOFF_MAX_SECONDS", 600.0)
 TOOL_WRAPPERS = [
     p.strip() for p in os.environ.get("AGENTOPS_TOOL_WRAPPERS", "").split(",") if p.strip()
 ]
+# Wrappers the planner goes through (agentops.planners.planner_get), the same way. None in
+# production: the chaos run gives its workers a model that slips (devtools.chaos.model).
+PLANNER_WRAPPERS = [
+    p.strip() for p in os.environ.get("AGENTOPS_PLANNER_WRAPPERS", "").split(",") if p.strip()
+]
 
 # The journal (see journal/README.md). A task's lease lasts this long past its holder's last
 # journal write; it must exceed the longest tool call, so a live runner never loses it.

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 from journal.protocols import Planner
 
@@ -15,7 +16,16 @@ _scripted: Planner | None = None
 
 
 def planner_get(tools: Mapping[str, Any]) -> Planner:
-    """The configured planner (settings.PLANNER), offered ``tools``."""
+    """The configured planner (settings.PLANNER), offered ``tools``, through each wrapper
+    ``PLANNER_WRAPPERS`` names, in order (a dotted path to a callable that takes the planner
+    and returns one). None in production; the chaos run's model is one."""
+    planner = _planner_get(tools)
+    for path in settings.PLANNER_WRAPPERS:
+        planner = import_string(path)(planner)
+    return planner
+
+
+def _planner_get(tools: Mapping[str, Any]) -> Planner:
     global _scripted
     name = settings.PLANNER
     if name == "scripted":
