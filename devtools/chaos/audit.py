@@ -1,25 +1,29 @@
 """The chaos run's verdict: what the harness says happened, against what the providers did.
 
-The providers' ledgers are the ground truth (every effect they really performed, with the
-request's key and parameters). From them alone:
+The providers' ledgers are the ground truth (devtools.chaos.ledgers). From them alone:
 
 - **duplicates**: an intended action (a step's key, a compensation's key; for the naive
-  harness, its action ``naive:<task>:<n>``) that took effect more than once;
+  harness, its action ``naive:<task>:<n>``) that took effect more than once — always one
+  task's own doing (a retry after a fault, its model calling again);
 - **business duplicates**: a second standing charge for one invoice, a second receipt,
   itinerary or reminder N of one reference, a second standing flight hold for one passenger
-  and flight, or hotel booking for one guest, hotel and night — across tasks.
+  and flight, or hotel booking for one guest, hotel and night, with its cause: one task's
+  faults, two tasks asked for the same thing on purpose, or a task acting on another's
+  object (``business_duplicates_by_cause``).
 
 Against the journal (or the naive loop's own record):
 
 - **lost**: a task with no final state and no flag for a human;
 - **unknown_open**: steps still unknown (or in flight) at the end;
-- **needs_human**: each flagged task, with its code and sentence;
+- **needs_human**: tasks left needing a person that the plan did not hand over on purpose
+  (``needs_human_on_purpose``: those it did, by refusing us; ``flagged``: each, with its
+  code and sentence);
 - **compensation_mismatch**: an effect of a saga neither standing (the saga finished) nor
   offset exactly once (it was compensated), by the providers' account;
 - **dropped_intents**: an effect a task meant to make that ended not done for a passing
   reason and was never tried again;
-- **untrue_summaries**: a task whose final summary disagrees with its journal (the naive
-  loop: whose claims disagree with the ledgers);
+- **untrue_summaries**: a task whose summary — as it was told — disagrees with the ledgers
+  (devtools.chaos.truth, the same check for both harnesses);
 - **journal_mismatch**: a step the journal calls done with no effect, or not done with one.
 
 Recovery (``recovery_s``): for each fault kind, how long from the fault hitting a task to the
@@ -33,31 +37,29 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from devtools.chaos.ledgers import (
+    EFFECTS,
+    PROVIDER_OF,
+    Effect,
+    Ledgers,
+    business_duplicates,
+    by_cause,
+)
+from devtools.chaos.model import SLIPS
 from devtools.chaos.naive import record_path
-from devtools.chaos.plan import Plan
-from journal.models import Entry, EntryKind, Step, StepKind, Task, TaskStatus
+from devtools.chaos.plan import REFUSAL, Plan
+from devtools.chaos.truth import summaries_untrue
+from journal.models import Attention, Entry, EntryKind, Step, StepKind, Task, TaskStatus
 from journal.outcomes import StepState
-from journal.selectors import task_facts
+from journal.protocols import CORRECTABLE
 from journal.status import FINAL
-from journal.summary import task_summary
 
-# Which provider operation performs each tool's effect, and how its ledger entry is found.
-EFFECTS = {
-    "charge_customer": ("payments", "payment_intents.create"),
-    "refund_charge": ("payments", "refunds.create"),
-    "send_email": ("mail", "messages.send"),
-    "hold_flight": ("bookings", "flight_holds.create"),
-    "release_flight": ("bookings", "flight_holds.release"),
-    "book_hotel": ("bookings", "hotel_bookings.create"),
-    "cancel_hotel": ("bookings", "hotel_bookings.cancel"),
-}
-PROVIDER_OF = {tool: provider for tool, (provider, _) in EFFECTS.items()}
 # Faults logged with the key of the request they hit (the others: down, webhooks, lags).
 KEYED_FAULTS = frozenset(
     {
@@ -76,18 +78,6 @@ EXAMPLES = 10
 
 
 @dataclass(frozen=True)
-class Effect:
-    """One effect a provider performed, from its ledger."""
-
-    operation: str
-    key: str
-    object_id: str
-    at: float
-    params: Mapping[str, Any]
-    extra: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
 class Hit:
     """A process fault that hit a task at ``at``; the task could move again from ``due``."""
 
@@ -95,105 +85,6 @@ class Hit:
     at: float
     task: str
     due: float
-
-
-@dataclass
-class Ledgers:
-    """The three providers' ledgers and fault logs, read once the world stopped moving."""
-
-    entries: dict[str, list[dict[str, Any]]]
-    fault_logs: dict[str, list[dict[str, Any]]]
-    effects: list[Effect] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        for rows in self.entries.values():
-            for row in rows:
-                declined = row["operation"] == "payment_intents.create" and (
-                    row.get("status") != "succeeded"
-                )
-                if declined:
-                    continue  # a declined card: a request, not an effect
-                self.effects.append(
-                    Effect(
-                        operation=row["operation"],
-                        key=row.get("key") or "",
-                        object_id=row.get("object_id") or "",
-                        at=float(row["at"]),
-                        params=row.get("params") or {},
-                        extra=row,
-                    )
-                )
-
-    def by_key(self) -> dict[tuple[str, str], list[Effect]]:
-        found: dict[tuple[str, str], list[Effect]] = defaultdict(list)
-        for effect in self.effects:
-            found[(effect.operation, effect.key)].append(effect)
-        return found
-
-    def undone(self, operation: str, object_id: str) -> list[Effect]:
-        """The refunds of a payment, the releases of a hold, the cancellations of a booking."""
-        if operation == "refunds.create":
-            return [
-                e
-                for e in self.effects
-                if e.operation == operation and e.extra.get("payment_intent") == object_id
-            ]
-        return [e for e in self.effects if e.operation == operation and e.object_id == object_id]
-
-    def faults(self) -> Iterable[tuple[str, dict[str, Any]]]:
-        for provider, rows in self.fault_logs.items():
-            for row in rows:
-                yield provider, row
-
-
-# --- Business duplicates, from the ledgers alone ------------------------------------------------
-
-
-def _fold(value: Any) -> str:
-    return " ".join(str(value or "").split()).casefold()
-
-
-def business_duplicates(ledgers: Ledgers) -> list[str]:
-    """Each second business effect while a first one stood, described."""
-    found: list[str] = []
-    undo_of = {
-        "payment_intents.create": "refunds.create",
-        "flight_holds.create": "flight_holds.release",
-        "hotel_bookings.create": "hotel_bookings.cancel",
-    }
-
-    def business_object(effect: Effect) -> str | None:
-        p = effect.params
-        if effect.operation == "payment_intents.create":
-            return f"charge for {_fold((p.get('metadata') or {}).get('invoice'))}"
-        if effect.operation == "flight_holds.create":
-            return f"hold of {_fold(p.get('flight'))} for {_fold(p.get('passenger'))}"
-        if effect.operation == "hotel_bookings.create":
-            guest = f"{_fold(p.get('guest'))} at {_fold(p.get('hotel'))}"
-            return f"room for {guest} from {_fold(p.get('check_in'))}"
-        if effect.operation == "messages.send":
-            headers = p.get("headers") or {}
-            purpose = _fold(headers.get("X-Agentops-Purpose"))
-            if purpose.split(" ")[0] in ("receipt", "itinerary", "reminder"):
-                return f"{purpose} of {_fold(headers.get('X-Agentops-Reference'))}"
-        return None
-
-    standing: dict[str, list[tuple[Effect, float]]] = defaultdict(list)
-    for effect in sorted(ledgers.effects, key=lambda e: e.at):
-        name = business_object(effect)
-        if name is None:
-            continue
-        undo = undo_of.get(effect.operation)
-        ended = float("inf")
-        if undo is not None:
-            target = effect.object_id
-            ends = [u.at for u in ledgers.undone(undo, target)]
-            ended = min(ends, default=float("inf"))
-        already = [e for e, until in standing[name] if until > effect.at]
-        if already:
-            found.append(f"a second {name} ({effect.object_id}; first {already[0].object_id})")
-        standing[name].append((effect, ended))
-    return found
 
 
 # --- Recovery ---------------------------------------------------------------------------
@@ -268,8 +159,20 @@ def audit_journal(
         if t.status not in (*FINAL, TaskStatus.NEEDS_HUMAN)
     ]
     open_steps = [s for s in steps if s.state in (StepState.PENDING, StepState.UNKNOWN)]
+    # The tasks the plan hands to a person on purpose: those whose charge it refused us for.
+    refused_keys = {
+        row.get("key")
+        for provider, row in ledgers.faults()
+        if (provider, row.get("operation"), row["fault"]) == REFUSAL
+    }
+    on_purpose = {str(s.task_id) for s in steps if s.key in refused_keys}
     flagged = [
-        {"task": pk, "code": t.attention_code, "reason": t.attention}
+        {
+            "task": pk,
+            "code": t.attention_code,
+            "reason": t.attention,
+            "on_purpose": pk in on_purpose and t.attention_code == Attention.MISCONFIGURED,
+        }
         for pk, t in tasks.items()
         if t.status == TaskStatus.NEEDS_HUMAN
     ]
@@ -317,23 +220,37 @@ def audit_journal(
         if not retried:
             dropped.append(f"{step.key} ({step.tool}): {step.detail}")
 
-    # Summaries: the one each task finished with, against its journal now.
-    untrue = []
-    finishes = Step.objects.filter(task_id__in=task_ids, kind=StepKind.FINISH)
-    for finish in finishes:
-        task = tasks[str(finish.task_id)]
-        truth = task_summary(task_facts(task=task).steps)
-        if task.status == TaskStatus.COMPENSATED:
-            truth = "Compensated. " + truth
-        if finish.detail != truth:
-            untrue.append(f"{task.pk}: says {finish.detail!r}; the journal says {truth!r}")
-    unfinished_over = [
-        pk
+    # Summaries: the one each task finished with, as it was told, against the ledgers.
+    finishes = {
+        str(task_id): detail
+        for task_id, detail in Step.objects.filter(
+            task_id__in=task_ids, kind=StepKind.FINISH
+        ).values_list("task_id", "detail")
+    }
+    untrue = summaries_untrue(
+        finishes, key_prefix={pk: f"ao:{pk}:" for pk in tasks}, ledgers=ledgers
+    )
+    untrue += [
+        f"{pk} is over without a summary"
         for pk, t in tasks.items()
-        if t.status in (TaskStatus.FINISHED, TaskStatus.COMPENSATED)
-        and not any(f.task_id == t.pk for f in finishes)
+        if t.status in (TaskStatus.FINISHED, TaskStatus.COMPENSATED) and pk not in finishes
     ]
-    untrue += [f"{pk} is over without a summary" for pk in unfinished_over]
+
+    # The model's slips, and what the harness answered (a refusal: nothing was sent).
+    slips: Counter[str] = Counter()
+    unwound: set[str] = set()
+    for step in steps:
+        how = step.decision.get("chaos") if isinstance(step.decision, dict) else None
+        if how in SLIPS:
+            slips[how] += 1
+            slips[f"refused:{step.refusal}" if step.refusal else "performed"] += 1
+            # A saga takes a refusal it cannot correct to mean the step cannot happen.
+            task = tasks[str(step.task_id)]
+            cannot_correct = step.refusal and step.refusal not in CORRECTABLE
+            if cannot_correct and task.status == TaskStatus.COMPENSATED:
+                unwound.add(str(step.task_id))
+    if unwound:
+        slips["sagas_unwound"] = len(unwound)
 
     samples = _journal_recovery(plan, task_ids, ledgers, hits, step_by_key)
     outcomes = Counter(t.status for t in tasks.values())
@@ -346,11 +263,15 @@ def audit_journal(
         "business_duplicates": None,  # filled in by the caller, from the ledgers
         "lost": len(lost) + (len(plan.tasks) - len(tasks)),
         "unknown_open": len(open_steps),
-        "needs_human": flagged,
+        "needs_human": sum(1 for f in flagged if not f["on_purpose"]),
+        "needs_human_on_purpose": sum(1 for f in flagged if f["on_purpose"]),
+        "needs_human_expected": plan.refusals,
+        "flagged": flagged,
         "compensation_mismatch": len(compensation),
         "dropped_intents": len(dropped),
         "untrue_summaries": len(untrue),
         "journal_mismatch": len(mismatch) + len(strangers),
+        "model_slips": dict(sorted(slips.items())),
         "outcomes": dict(sorted(outcomes.items())),
         "recovery_s": _summary_of(samples),
         "recovery_samples": samples,
@@ -360,6 +281,10 @@ def audit_journal(
                 ("duplicates", duplicates),
                 ("lost", lost),
                 ("unknown_open", [f"{s.key} ({s.tool}) {s.state}" for s in open_steps]),
+                (
+                    "needs_human",
+                    [f"{f['task']} [{f['code']}] {f['reason']}" for f in flagged],
+                ),
                 ("compensation_mismatch", compensation),
                 ("dropped_intents", dropped),
                 ("untrue_summaries", untrue),
@@ -477,15 +402,24 @@ def audit_naive(
         f"naive:{name}:{i['n']} ({i['tool']}) given up after {len(i['attempts'])} errors"
         for name, i in intents
         if not i["ok"]
+        and not i.get("forgotten")
         and not any(a.get("refused") for a in i["attempts"])
         and not effects_of(name, i)
     ]
-    untrue = []
-    for name, record in records.items():
-        wrong = [i for i in record["intents"] if not i["ok"] and effects_of(name, i)]
-        if wrong:
-            said = ", ".join(f"{i['tool']} failed" for i in wrong)
-            untrue.append(f"{name}: said {said}; the provider performed it ({record['claim']})")
+    untrue = summaries_untrue(
+        {name: record["summary"] for name, record in records.items()},
+        key_prefix={name: f"naive:{name}:" for name in records},
+        ledgers=ledgers,
+    )
+    # The model's slips, and what the loop did with them: a slipped call its framework
+    # refused (the arguments do not fit the tool), or one it sent.
+    slips: Counter[str] = Counter()
+    for _name, intent in intents:
+        for how in intent.get("slips") or []:
+            slips[how] += 1
+        for attempt in intent["attempts"]:
+            if attempt.get("slip"):
+                slips["performed" if attempt["sent"] else "refused:invalid_arguments"] += 1
 
     compensation = []
     undo_operation = {
@@ -539,11 +473,15 @@ def audit_naive(
         "lost": len(lost),
         # It has no "unknown": every error was a failure to it, and nobody is asked.
         "unknown_open": 0,
-        "needs_human": [],
+        "needs_human": 0,
+        "needs_human_on_purpose": 0,
+        "needs_human_expected": plan.refusals,
+        "flagged": [],
         "compensation_mismatch": len(compensation),
         "dropped_intents": len(dropped),
         "untrue_summaries": len(untrue),
         "journal_mismatch": None,
+        "model_slips": dict(sorted(slips.items())),
         "outcomes": dict(Counter(r["outcome"] for r in records.values()) | {"lost": len(lost)}),
         "recovery_s": _summary_of(samples),
         "recovery_samples": samples,
@@ -561,9 +499,22 @@ def audit_naive(
     }
 
 
-def faults_counted(ledgers: Ledgers, process: Mapping[str, int]) -> dict[str, int]:
-    """Every fault the world applied, by kind: the providers' log, and the process faults."""
-    counted: Counter[str] = Counter(process)
-    for _provider, row in ledgers.faults():
-        counted["provider_down" if row["fault"] == "down" else row["fault"]] += 1
-    return dict(sorted(counted.items()))
+# --- Both: business duplicates and their causes ------------------------------------------------
+
+
+def duplicates_figures(
+    *, plan: Plan, ledgers: Ledgers, owner: Callable[[str], int | None]
+) -> dict[str, Any]:
+    """``business_duplicates``, by cause (devtools.chaos.ledgers), and examples. ``owner``:
+    which task of the plan (its ``n``) an effect's key belongs to."""
+    root: dict[int, int] = {}
+    for spec in plan.tasks:  # a task asked for twice names the one it repeats, earlier
+        root[spec.n] = root.get(spec.repeats, spec.repeats) if spec.repeats else spec.n
+    found = business_duplicates(
+        ledgers, owner=owner, asked_twice=lambda a, b: root.get(a) == root.get(b)
+    )
+    return {
+        "business_duplicates": len(found),
+        "business_duplicates_by_cause": by_cause(found),
+        "examples": [str(d) for d in found[:EXAMPLES]],
+    }

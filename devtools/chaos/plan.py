@@ -13,6 +13,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import stripe
+
+from devtools.chaos.model import Model
+
 KINDS = ("renewal", "trip", "reminders")
 KIND_WEIGHTS = (0.5, 0.3, 0.2)
 TRIP_HOLD_OVER = 300_000  # agentops/kinds.py: a trip charge above this waits for a person
@@ -49,6 +53,8 @@ class ProviderFault:
     probability: float
     seed: int
     delay: float = 0.0
+    times: int | None = None
+    """How many requests it hits at most (None: as many as its probability picks)."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +96,14 @@ class World:
     max_failed_runs: int = 5
     approval_ttl: float = 120.0
 
-    def env(self) -> dict[str, str]:
-        """The harness's settings (agentops/settings.py) for the workers and the web app."""
+    def env(self, harness: str) -> dict[str, str]:
+        """The harness's settings (agentops/settings.py) for the workers and the web app.
+
+        The Stripe library retries a request on its own (under one idempotency key) as many
+        times as it is told: agentops tells it not to (``STRIPE_MAX_NETWORK_RETRIES``'s
+        default, 0: the journal retries, after looking the effect up); the naive loop keeps
+        the library's own default (``stripe.max_network_retries``, 2 in stripe 16), as
+        code that does not set it does."""
 
         def seconds(values: tuple[float, ...]) -> str:
             return ",".join(f"{v:g}" for v in values)
@@ -107,7 +119,9 @@ class World:
             "MAIL_KEY_LIFETIME_SECONDS": f"{self.key_lifetimes['mail']:g}",
             "BOOKINGS_KEY_LIFETIME_SECONDS": f"{self.key_lifetimes['bookings']:g}",
             "STRIPE_SEARCH_LAG_SECONDS": f"{self.search_lag + 0.5:g}",
-            "STRIPE_MAX_NETWORK_RETRIES": "0",
+            "STRIPE_MAX_NETWORK_RETRIES": "0"
+            if harness == "safe"
+            else str(stripe.max_network_retries),
             "SWEEP_INTERVAL_SECONDS": f"{self.sweep_interval:g}",
             "SWEEP_GRACE_SECONDS": f"{self.sweep_grace:g}",
             "MAX_FAILED_RUNS": str(self.max_failed_runs),
@@ -147,6 +161,11 @@ class Plan:
     faults_until: float
     """Provider faults are cleared then; process faults all happen before."""
     full_hotels: list[str]
+    model: Model
+    """The model both harnesses' tasks are decided by (devtools.chaos.model)."""
+    refusals: int = 0
+    """Charges the payment provider refuses *us* for on purpose (421: a request it says is not
+    for it): each task that meets one must end needing a person, and exactly these."""
 
     def submit_at(self, spec: TaskSpec) -> float:
         return self.submit_over * (spec.n - 1) / max(1, len(self.tasks))
@@ -164,6 +183,9 @@ EFFECT_FAULTS = (
     ("reset_before_read", 0.02),
 )
 LOOKUP_FAULTS = (("error_500_before", 0.05), ("reset_before_read", 0.02))
+# The fault that hands a task to a person on purpose (``refusals``): the provider refuses us,
+# not the action, and only a person can put that right (journal.outcomes: misconfigured).
+REFUSAL = ("payments", "payment_intents.create", "misdirected")
 OPERATIONS = {
     "payments": (
         ("payment_intents.create", EFFECT_FAULTS),
@@ -257,11 +279,16 @@ def _tasks(r: random.Random, count: int, run: str, full: list[str]) -> list[Task
     return tasks
 
 
-def plan_make(*, seed: int, tasks: int, run: str) -> Plan:
+def plan_make(*, seed: int, tasks: int, run: str, refusals: int = 0) -> Plan:
     """The plan of a run of ``tasks`` tasks for ``seed``; ``run`` only names its objects
-    (invoices, travellers) apart from other runs' in the same database."""
+    (invoices, travellers) apart from other runs' in the same database. ``refusals``: how
+    many charges the payment provider refuses us for on purpose (the first ones it gets),
+    each leaving its task to a person; 0 by default, so that a run whose faults are all
+    recoverable must end with nobody asked."""
     if tasks < 1:
         raise ValueError("a chaos run needs at least one task")
+    if refusals < 0:
+        raise ValueError("refusals: at least 0")
     r = random.Random(seed)  # noqa: S311 - a reproducible schedule, not a secret
     full: list[str] = []
     specs = _tasks(r, tasks, run, full)
@@ -274,7 +301,9 @@ def plan_make(*, seed: int, tasks: int, run: str) -> Plan:
             "webhook_seed": r.randrange(2**31),
         }
     )
-    rules = [
+    # The refusal first: the provider applies the first rule that fires.
+    rules = [ProviderFault(*REFUSAL, 1.0, seed=0, times=refusals)] if refusals else []
+    rules += [
         ProviderFault(
             provider,
             operation,
@@ -332,4 +361,6 @@ def plan_make(*, seed: int, tasks: int, run: str) -> Plan:
         submit_over=submit_over,
         faults_until=faults_until,
         full_hotels=full,
+        model=Model(seed=seed),
+        refusals=refusals,
     )

@@ -16,13 +16,14 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import django_rq
+import stripe
 from django.db import InterfaceError, OperationalError, connections
 from django.db.models import Count
 from django.db.models.functions import Now
@@ -30,16 +31,19 @@ from django.test import override_settings
 from rq.worker import Worker
 
 from agentops.runner import task_approve, task_reject, task_start
-from devtools.chaos.audit import (
-    Hit,
-    Ledgers,
-    audit_journal,
-    audit_naive,
-    business_duplicates,
-    faults_counted,
+from devtools.chaos.audit import Hit, audit_journal, audit_naive, duplicates_figures
+from devtools.chaos.ledgers import Ledgers, faults_counted
+from devtools.chaos.naive import (
+    NAIVE_JOB,
+    approval_path,
+    decision_path,
+    read_json,
+    record_path,
+    started_path,
+    write_whole,
 )
-from devtools.chaos.naive import NAIVE_JOB, record_path, started_path
 from devtools.chaos.plan import Event, Plan, TaskSpec, plan_make
+from devtools.chaos.report import MUST_BE_ZERO, verdict
 from devtools.chaos.world import World, world_running
 from devtools.process import REPO
 from devtools.stack.control import restartable_servers, stack_control
@@ -52,17 +56,7 @@ TICK = 0.2
 STILL_MOVING = 15.0
 """Past its deadline, a run goes on while tasks still change state this recently."""
 NAIVE_SETTLE = 30.0
-# The figures a run must show at zero to pass: the issue's three, and the business-level
-# ones the harness holds itself to as well.
-MUST_BE_ZERO = (
-    "duplicates",
-    "lost",
-    "compensation_mismatch",
-    "business_duplicates",
-    "dropped_intents",
-    "untrue_summaries",
-    "journal_mismatch",
-)
+__all__ = ["HARNESSES", "MUST_BE_ZERO", "ChaosRefused", "chaos_run"]
 
 T = TypeVar("T")
 DATABASE_ERRORS = (OperationalError, InterfaceError)
@@ -188,8 +182,10 @@ class Driver:
             return str(found) if found is not None else None
 
     def decide_approvals(self) -> None:
-        """The operator: approve or reject each held trip, as the plan says."""
+        """The operator: approve or reject each held trip, as the plan says (both harnesses
+        hold the same calls: agentops.kinds.KindRules.hold)."""
         if self.harness != "safe":
+            self._decide_naive_approvals()
             return
         pending: list[tuple[int, uuid.UUID, str]] = _db(
             lambda: list(
@@ -220,6 +216,20 @@ class Driver:
             except Exception:  # decided meanwhile, or the world is down: look again
                 connections.close_all()
 
+    def _decide_naive_approvals(self) -> None:
+        decisions = {self.name(s): s.decision or "approve" for s in self.plan.tasks}
+        directory = self.world.naive_dir
+        for name in self.ids:
+            request = read_json(approval_path(directory, name))
+            if request is None:
+                continue
+            answered = read_json(decision_path(directory, name))
+            if answered is not None and answered.get("n") == request.get("n"):
+                continue
+            decision = decisions.get(name, "approve")
+            write_whole(decision_path(directory, name), {"n": request["n"], "decision": decision})
+            self.approvals[{"approve": "approved", "reject": "rejected"}[decision]] += 1
+
     # --- faults -------------------------------------------------------------------------
 
     def arm_providers(self) -> None:
@@ -229,7 +239,7 @@ class Driver:
                 rule.fault,
                 probability=rule.probability,
                 seed=rule.seed,
-                times=None,
+                times=rule.times,
                 delay=rule.delay,
             )
 
@@ -375,15 +385,18 @@ def chaos_run(
     workdir: Path | None = None,
     out: TextIO | None = sys.stderr,
     time_limit: float = 540.0,
+    refusals: int = 0,
 ) -> dict[str, Any]:
     """Run the chaos run and return its figures (see devtools.chaos.audit); ``ok`` is true
-    only when every figure in :data:`MUST_BE_ZERO` is zero."""
+    only when devtools.chaos.report.verdict finds no reason to fail it (``failed``: the
+    reasons). ``refusals``: charges the payment provider refuses us for on purpose, each
+    leaving its task to a person (devtools.chaos.plan)."""
     if harness not in HARNESSES:
         raise ValueError(f"harness: {harness!r} is not one of {', '.join(HARNESSES)}")
     _queue_to_itself()
     began = time.monotonic()
     run = f"s{seed}-{uuid.uuid4().hex[:6]}"
-    plan = plan_make(seed=seed, tasks=tasks, run=run)
+    plan = plan_make(seed=seed, tasks=tasks, run=run, refusals=refusals)
     workdir = workdir or REPO / "var" / "chaos" / run
     servers = restartable_servers()
     bar = Bar(out, f"chaos seed {seed} {harness}")
@@ -393,40 +406,7 @@ def chaos_run(
     ):
         driver = Driver(plan=plan, harness=harness, world=world, servers=servers)
         driver.arm_providers()
-        t0 = time.time()
-        settle_by = plan.faults_until + (
-            plan.world.settle_budget if harness == "safe" else NAIVE_SETTLE
-        )
-        last_counts: dict[str, int] = {}
-        last_change = time.monotonic()
-        while True:
-            elapsed = time.time() - t0
-            driver.submit_due(elapsed)
-            driver.fire_due(elapsed)
-            driver.tend_workers()
-            driver.decide_approvals()
-            if not driver.calm and elapsed >= plan.faults_until:
-                driver.calm_providers()
-            counts = driver.counts()
-            if counts and counts != last_counts:
-                last_counts, last_change = counts, time.monotonic()
-            all_in = len(driver.task_ids) == len(plan.tasks) and driver.fired == len(plan.events)
-            over = counts.get("over", 0) + counts.get("human", 0)
-            faults = sum(driver.process_faults.values())
-            note = " · ".join(f"{v} {k}" for k, v in counts.items() if k != "over" and v)
-            bar.show(
-                over, len(plan.tasks), f"over · {note} · {faults} process faults · {elapsed:.0f}s"
-            )
-            if all_in and over == len(plan.tasks):
-                break
-            quiet = time.monotonic() - last_change > STILL_MOVING
-            if all_in and elapsed > settle_by and quiet:
-                break
-            if time.monotonic() - began > time_limit:
-                break
-            time.sleep(TICK)
-        bar.show(over, len(plan.tasks), "over; auditing", force=True)
-        bar.close()
+        _drive(driver, bar, time_limit=time_limit, began=began)
         world.stop_workers()
         connections.close_all()
         ledgers = Ledgers(
@@ -434,6 +414,7 @@ def chaos_run(
             fault_logs={
                 name: world.admin(name, lambda c: c.fault_log()) for name in world.providers
             },
+            charges=_charges(world),
         )
         names = [driver.task_ids.get(s.n, driver.name(s)) for s in plan.tasks]
         if harness == "safe":
@@ -458,10 +439,14 @@ def chaos_run(
             os.open(workdir / "details.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w"
         ) as kept:
             json.dump(details, kept, indent=1, default=str)
-        doubled = business_duplicates(ledgers)
-        report["business_duplicates"] = len(doubled)
-        if doubled:
-            report["examples"]["business_duplicates"] = doubled[:10]
+        owners = {task: n for n, task in driver.task_ids.items()}
+        doubled = duplicates_figures(
+            plan=plan, ledgers=ledgers, owner=lambda key: owners.get(_task_of_key(key))
+        )
+        examples = doubled.pop("examples")
+        report.update(doubled)
+        if examples:
+            report["examples"]["business_duplicates"] = examples
         unplanned = [d for d in driver.deaths if not d["killed"] and not d["armed"]]
         world_said = plan.world
         report.update(
@@ -477,6 +462,11 @@ def chaos_run(
                 "full_hotels": len(plan.full_hotels),
                 "held_trips": sum(1 for t in plan.tasks if t.held),
                 "asked_twice": sum(1 for t in plan.tasks if t.repeats),
+                "refused_on_purpose": plan.refusals,
+                "stripe_max_network_retries": int(
+                    world_said.env(harness)["STRIPE_MAX_NETWORK_RETRIES"]
+                ),
+                "model": {"slip_rate": plan.model.rate, "most_per_task": plan.model.most},
             },
             approvals=dict(driver.approvals),
             workers=workers,
@@ -490,8 +480,71 @@ def chaos_run(
         "wall_s": round(time.monotonic() - began, 1),
         "workdir": str(workdir),
     }
-    figures["ok"] = all(not figures.get(name) for name in MUST_BE_ZERO)
+    figures["failed"] = verdict(figures)
+    figures["ok"] = not figures["failed"]
     return figures
+
+
+def _drive(driver: Driver, bar: Bar, *, time_limit: float, began: float) -> None:
+    """Start the tasks and fire the faults at their moments, tend the workers, act as the
+    operator, calm the providers after the fault window, and return once every task is
+    over, or once nothing moved for a while past the deadline, or at the time limit."""
+    plan, harness = driver.plan, driver.harness
+    t0 = time.time()
+    settle_by = plan.faults_until + (
+        plan.world.settle_budget if harness == "safe" else NAIVE_SETTLE
+    )
+    last_counts: dict[str, int] = {}
+    last_change = time.monotonic()
+    over = 0
+    while True:
+        elapsed = time.time() - t0
+        driver.submit_due(elapsed)
+        driver.fire_due(elapsed)
+        driver.tend_workers()
+        driver.decide_approvals()
+        if not driver.calm and elapsed >= plan.faults_until:
+            driver.calm_providers()
+        counts = driver.counts()
+        if counts and counts != last_counts:
+            last_counts, last_change = counts, time.monotonic()
+        all_in = len(driver.task_ids) == len(plan.tasks) and driver.fired == len(plan.events)
+        over = counts.get("over", 0) + counts.get("human", 0)
+        faults = sum(driver.process_faults.values())
+        note = " · ".join(f"{v} {k}" for k, v in counts.items() if k != "over" and v)
+        bar.show(over, len(plan.tasks), f"over · {note} · {faults} process faults · {elapsed:.0f}s")
+        if all_in and over == len(plan.tasks):
+            break
+        quiet = time.monotonic() - last_change > STILL_MOVING
+        if all_in and elapsed > settle_by and quiet:
+            break
+        if time.monotonic() - began > time_limit:
+            break
+        time.sleep(TICK)
+    bar.show(over, len(plan.tasks), "over; auditing", force=True)
+    bar.close()
+
+
+def _task_of_key(key: str) -> str:
+    """The task a provider request's key names: ``ao:<task id>:<n>[:undo]`` (the journal's
+    step keys) or ``naive:<run>-<n>:<n>:<attempt>``."""
+    parts = key.split(":")
+    return parts[1] if len(parts) >= 3 else ""
+
+
+def _charges(world: World) -> dict[str, str]:
+    """Each charge's payment (``ch_…`` → ``pi_…``), from the payments provider's own API."""
+    client = stripe.StripeClient(
+        world.env["STRIPE_API_KEY"],
+        base_addresses={"api": world.providers["payments"].base_url},
+        http_client=stripe.RequestsClient(timeout=30),
+    )
+    intents = client.v1.payment_intents.list(params={"limit": 100})
+    return {
+        str(intent.latest_charge): str(intent.id)
+        for intent in intents.auto_paging_iter()
+        if intent.latest_charge
+    }
 
 
 def _timelines(samples: list[dict[str, Any]], *, slower_than: float) -> dict[str, Any]:
@@ -520,30 +573,3 @@ def _is_uuid(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def report_lines(figures: dict[str, Any]) -> Sequence[str]:
-    """The figures for a person to read (``--json`` prints them as one object instead)."""
-    lines = [
-        f"chaos run, seed {figures['seed']}, {figures['harness']} harness: "
-        + ("PASS" if figures["ok"] else "FAIL"),
-        f"  tasks {figures['tasks']}, steps {figures['steps']}, intended effects "
-        f"{figures['intended_effects']}, provider effects {figures['provider_effects']}",
-    ]
-    for name in (*MUST_BE_ZERO, "unknown_open"):
-        lines.append(f"  {name:<22} {figures.get(name)}")
-    lines.append(f"  needs_human            {len(figures['needs_human'])}")
-    for flagged in figures["needs_human"][:10]:
-        lines.append(f"    {flagged['task']} [{flagged['code']}] {flagged['reason'][:120]}")
-    lines.append(f"  outcomes               {figures['outcomes']}")
-    lines.append(f"  faults injected        {figures['faults_injected']}")
-    if figures["faults_skipped"]:
-        lines.append(f"  faults skipped         {figures['faults_skipped']}")
-    lines.append("  recovery (s)           kind: n, p50, max, never")
-    for kind, r in figures["recovery_s"].items():
-        lines.append(f"    {kind:<24} {r['n']:>4} {r['p50']!s:>6} {r['max']!s:>6} {r['never']:>4}")
-    for name, examples in figures.get("examples", {}).items():
-        lines.append(f"  {name}, for example:")
-        lines += [f"    {e}" for e in examples]
-    lines.append(f"  wall {figures['wall_s']} s; logs in {figures['workdir']}")
-    return lines

@@ -2,7 +2,8 @@
 
 The run starts its own world: the three sandbox providers (fresh ledgers, its faults), the
 web app that receives the payment provider's webhooks (gunicorn, as ``make run`` serves
-it), RQ workers and, for the safe harness, the sweeper — real processes, each in its own
+it), RQ workers (whose tasks the run's model decides: devtools.chaos.model) and, for the
+safe harness, the sweeper — real processes, each in its own
 process group, against the run's PostgreSQL and Redis. It supervises the workers as
 ``make run`` does (one that dies is started again) and breaks things on cue: a worker
 killed or stopped, a provider down. PostgreSQL and Redis belong to whoever started them:
@@ -29,6 +30,8 @@ from django.conf import settings
 
 from agentops.workers import WORKER_ARGS
 from devtools.chaos.kill import KILL_VARIABLE, armed
+from devtools.chaos.model import MODEL_VARIABLE
+from devtools.chaos.model import WRAPPER as MODEL_WRAPPER
 from devtools.chaos.naive import NAIVE_DIR_VARIABLE
 from devtools.chaos.plan import Plan
 from devtools.database import database_url
@@ -175,7 +178,7 @@ class World:
     def _app_env(self, urls: dict[str, str], secret: str) -> dict[str, str]:
         env = {
             **os.environ,
-            **self.plan.world.env(),
+            **self.plan.world.env(self.harness),
             # Production settings, whatever this process runs with (the tests' included).
             "DJANGO_SETTINGS_MODULE": "agentops.settings",
             "DJANGO_DEBUG": "0",
@@ -201,18 +204,24 @@ class World:
             CONTROL_VARIABLE,
             "AGENTOPS_DEVTOOLS",
             "AGENTOPS_TOOL_WRAPPERS",
+            "AGENTOPS_PLANNER_WRAPPERS",
             KILL_VARIABLE,
+            MODEL_VARIABLE,
             NAIVE_DIR_VARIABLE,
         ):
             env.pop(name, None)
         return env
 
     def _start_worker(self, slot: Slot) -> Popen:
-        env = dict(self.env)
+        # Both harnesses' tasks are decided by the run's model: the naive loop asks it
+        # itself; the safe harness's runner through its planner wrapper.
+        env = {**self.env, **self.plan.model.env()}
         argv = [sys.executable, "manage.py", *WORKER_ARGS]
         if self.harness == "naive":
             argv += ["--worker-class", NAIVE_WORKER_CLASS]
             env[NAIVE_DIR_VARIABLE] = str(self.naive_dir)
+        else:
+            env["AGENTOPS_PLANNER_WRAPPERS"] = MODEL_WRAPPER
         slot.armed, slot.arm_next, slot.killed = slot.arm_next, "", False
         if slot.armed:
             env.update(armed(slot.armed))

@@ -1,20 +1,25 @@
-"""The chaos run (issue 12): its plan, its naive harness, its audit, and a small run of it.
+"""The chaos run (issues 12, 16): its plan, its model, its naive harness, its audit, its
+verdict, the README's figures, and a small run of it.
 
 The small run is the real thing at a tenth of the size: real worker processes killed and
 stopped, PostgreSQL crash-restarted and Redis restarted empty (through scripts/stack.py,
-which started them), providers failing in every way, then the journal checked against the
-providers' ledgers.
+which started them), providers failing in every way, a model that slips, one charge the
+provider refuses us for on purpose, then the journal checked against the providers' ledgers.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import django_rq
 import pytest
+import stripe
 from django.db import connections
 from django.test import override_settings
 from rq.serializers import JSONSerializer
@@ -24,12 +29,38 @@ from agentops.planners.scripted import ScriptedPlanner as Playbooks
 from agentops.runner import task_policy, task_start
 from agentops.tools import tool_registry
 from agentops.workers import AgentopsJob, AgentopsWorker
-from devtools.chaos.audit import Ledgers, audit_journal, audit_naive, business_duplicates
-from devtools.chaos.naive import NAIVE_JOB, NaiveJob, NaiveLoop, NaiveWorker
-from devtools.chaos.plan import plan_make
-from devtools.chaos.run import MUST_BE_ZERO, ChaosRefused, chaos_run
+from devtools.chaos.audit import audit_journal, audit_naive
+from devtools.chaos.ledgers import Ledgers, business_duplicates, by_cause
+from devtools.chaos.model import (
+    FORGET,
+    NEIGHBOUR,
+    REPHRASE,
+    Misbehaving,
+    Model,
+    corrected,
+    neighbouring,
+    rephrased,
+)
+from devtools.chaos.naive import (
+    NAIVE_JOB,
+    NaiveJob,
+    NaiveLoop,
+    NaiveWorker,
+    approval_path,
+    decision_path,
+    read_json,
+    write_whole,
+)
+from devtools.chaos.plan import REFUSAL, plan_make
+from devtools.chaos.report import MUST_BE_ZERO, verdict
+from devtools.chaos.run import ChaosRefused, chaos_run
+from devtools.chaos.truth import Claim, summaries_untrue, summary_claims
+from devtools.management.commands.chaos import Command
 from journal.models import Step
+from journal.outcomes import StepState
+from journal.protocols import Call, Refusal, StepFact, TaskFacts
 from journal.run import task_advance
+from journal.summary import task_summary
 from tests.agentops.workers import quiet_world
 from tests.journal.support import invoice
 from tests.sandbox.fixtures import SandboxHandle
@@ -64,42 +95,240 @@ def test_a_plan_is_its_seed_alone() -> None:
     assert all(e.duration > first.world.lease for e in stops)  # past the lease
     latency = [r for r in first.rules if r.fault == "latency_before_effect"]
     assert all(r.delay > first.world.tool_timeout for r in latency)  # the effect lands late
+    # Every fault is recoverable by design unless the run is asked to refuse us on purpose.
+    assert first.refusals == 0 and not any(r.fault == REFUSAL[2] for r in first.rules)
+    refusing = plan_make(seed=4, tasks=120, run="r", refusals=2)
+    assert (refusing.rules[0].fault, refusing.rules[0].times) == (REFUSAL[2], 2)
+    assert refusing.rules[1:] == first.rules and refusing.tasks == first.tasks
+
+
+def test_the_naive_harness_keeps_the_stripe_library_s_own_retries() -> None:
+    world = plan_make(seed=1, tasks=10, run="r").world
+    # stripe 16 retries twice by default (module-level API); agentops tells it not to.
+    assert stripe.max_network_retries == 2
+    assert world.env("naive")["STRIPE_MAX_NETWORK_RETRIES"] == "2"
+    assert world.env("safe")["STRIPE_MAX_NETWORK_RETRIES"] == "0"
 
 
 def _row(operation: str, at: float, key: str, object_id: str, **extra: Any) -> dict[str, Any]:
     return {"operation": operation, "at": at, "key": key, "object_id": object_id, **extra}
 
 
-def test_business_duplicates_are_told_from_the_ledgers_alone() -> None:
+def test_business_duplicates_are_told_from_the_ledgers_alone_with_their_cause() -> None:
     charge = {"metadata": {"invoice": "INV-1"}}
     ledgers = Ledgers(
         entries={
             "payments": [
-                _row("payment_intents.create", 1, "a", "pi_1", params=charge, status="succeeded"),
+                _row(
+                    "payment_intents.create", 1, "t1:a", "pi_1", params=charge, status="succeeded"
+                ),
                 # Refunded, then charged again: allowed (a full refund frees the invoice).
-                _row("refunds.create", 3, "a:undo", "re_1", payment_intent="pi_1"),
-                _row("payment_intents.create", 4, "c", "pi_2", params=charge, status="succeeded"),
+                _row("refunds.create", 3, "t1:a:undo", "re_1", payment_intent="pi_1"),
+                _row(
+                    "payment_intents.create", 4, "t1:c", "pi_2", params=charge, status="succeeded"
+                ),
                 # A declined card is a request, not an effect.
-                _row("payment_intents.create", 5, "d", "pi_3", params=charge, status="failed"),
-                _row("payment_intents.create", 6, "e", "pi_4", params=charge, status="succeeded"),
+                _row("payment_intents.create", 5, "t2:d", "pi_3", params=charge, status="failed"),
+                # The same invoice, written otherwise: one object in the guards' normal form.
+                _row(
+                    "payment_intents.create",
+                    6,
+                    "t2:e",
+                    "pi_4",
+                    params={"metadata": {"invoice": " inv-1"}},
+                    status="succeeded",
+                ),
             ],
             "mail": [
-                _row("messages.send", t, f"m{t}", f"msg_{t}", params={"headers": h})
-                for t, h in (
-                    (1, {"X-Agentops-Reference": "INV-2", "X-Agentops-Purpose": "reminder 1"}),
-                    (2, {"X-Agentops-Reference": "inv-2 ", "X-Agentops-Purpose": "reminder 1"}),
-                    (3, {"X-Agentops-Reference": "INV-2", "X-Agentops-Purpose": "reminder 2"}),
-                    (4, {"X-Agentops-Reference": "INV-2", "X-Agentops-Purpose": "notice"}),
-                    (5, {"X-Agentops-Reference": "INV-2", "X-Agentops-Purpose": "notice"}),
+                _row("messages.send", t, f"{task}:m", f"msg_{t}", params={"headers": h})
+                for t, task, h in (
+                    (
+                        1,
+                        "t3",
+                        {"X-Agentops-Reference": "INV-2", "X-Agentops-Purpose": "reminder 1"},
+                    ),
+                    (
+                        2,
+                        "t3",
+                        {"X-Agentops-Reference": "inv-2 ", "X-Agentops-Purpose": "reminder 1"},
+                    ),
+                    (
+                        3,
+                        "t3",
+                        {"X-Agentops-Reference": "INV-2", "X-Agentops-Purpose": "reminder 2"},
+                    ),
+                    (4, "t3", {"X-Agentops-Reference": "INV-2", "X-Agentops-Purpose": "notice"}),
+                    (5, "t4", {"X-Agentops-Reference": "INV-2", "X-Agentops-Purpose": "notice"}),
                 )
             ],
         },
         fault_logs={},
     )
-    found = business_duplicates(ledgers)
-    assert len(found) == 2, found
-    assert found[0].startswith("a second reminder 1 of inv-2")
-    assert found[1].startswith("a second charge for inv-1 (pi_4; first pi_2)")
+    owners = {"t1": 1, "t2": 2, "t3": 3, "t4": 4}
+    found = business_duplicates(
+        ledgers,
+        owner=lambda key: owners.get(key.split(":")[0]),
+        asked_twice=lambda a, b: {a, b} == {1, 2},  # the plan asked tasks 1 and 2 alike
+    )
+    assert [str(d) for d in found] == [
+        "a second email:reminder:1:inv-2  (msg_2; first msg_1): from faults",
+        "a second charge: inv-1 (pi_4; first pi_2): asked twice",
+    ]
+    assert by_cause(found) == {"from_faults": 1, "asked_twice": 1, "wrong_object": 0}
+    unrelated = business_duplicates(
+        ledgers, owner=lambda key: owners.get(key.split(":")[0]), asked_twice=lambda a, b: False
+    )
+    assert by_cause(unrelated)["wrong_object"] == 1
+
+
+def _fact(n: int, tool: str, state: StepState, **extra: Any) -> StepFact:
+    return StepFact(n=n, tool=tool, args={}, state=state, detail="", key=f"ao:t:{n}", **extra)
+
+
+def test_a_summary_reads_back_into_what_it_claims() -> None:
+    done = StepState.DONE
+    steps = [
+        _fact(1, "hold_flight", done, guard="flight:TP1351:Ada L", evidence={"id": "hold_1"}),
+        _fact(
+            2,
+            "book_hotel",
+            done,
+            guard="hotel:Full House:Ada L:2027-03-01",
+            evidence={"id": "bk_1"},
+            offset=True,
+        ),
+        _fact(3, "cancel_hotel", done, evidence={"id": "bk_1"}, offsets=2),
+        _fact(4, "charge_customer", done, guard="charge:T-1", evidence={"charge": "ch_9"}),
+        StepFact(
+            5,
+            "send_email",
+            {},
+            StepState.NOT_DONE,
+            "the mail provider refused it (400); it did not happen",
+            "ao:t:5",
+            guard="email:itinerary:T-1",
+        ),
+        StepFact(6, "send_email", {}, StepState.UNKNOWN, "timed out", "ao:t:6", guard="x:y"),
+        StepFact(
+            7,
+            "charge_customer",
+            {},
+            StepState.NOT_DONE,
+            "already done: charge_customer for T-1 (charge ch_9); do not do it again",
+            "ao:t:7",
+            guard="charge:T-1",
+            refusal=Refusal.ALREADY_DONE,
+        ),
+    ]
+    claims = summary_claims("Compensated. " + task_summary(steps))
+    assert claims == [
+        Claim("done", "hold_flight", "TP1351:Ada L", "hold_1", text=claims[0].text),
+        Claim("done", "charge_customer", "T-1", "ch_9", text=claims[1].text),
+        Claim(
+            "undone",
+            "book_hotel",
+            "Full House:Ada L:2027-03-01",
+            "bk_1",
+            "cancel_hotel",
+            "bk_1",
+            text=claims[2].text,
+        ),
+        Claim("not done", "send_email", "itinerary:T-1", text=claims[3].text),
+        Claim("unknown", "send_email", "y", reference="ao:t:6", text=claims[4].text),
+        Claim("refused", "charge_customer", "T-1", text=claims[5].text),
+    ]
+    assert claims[1].guard == "charge:T-1" and claims[3].guard == "email:itinerary:T-1"
+    assert summary_claims(task_summary([])) == []
+
+
+def test_a_summary_is_set_against_the_ledgers_whichever_harness_told_it() -> None:
+    pay = {"metadata": {"invoice": "INV-7"}}
+    ledgers = Ledgers(
+        entries={
+            "payments": [
+                _row("payment_intents.create", 1, "ao:a:1", "pi_1", params=pay, status="succeeded"),
+                _row("payment_intents.create", 2, "ao:b:1", "pi_2", params=pay, status="succeeded"),
+                _row("payment_intents.create", 3, "ao:b:2", "pi_3", params=pay, status="succeeded"),
+                _row(
+                    "payment_intents.create",
+                    4,
+                    "ao:c:1",
+                    "pi_4",
+                    params={"metadata": {"invoice": "INV-8"}},  # a neighbouring invoice
+                    status="succeeded",
+                ),
+            ],
+        },
+        fault_logs={},
+        charges={"ch_1": "pi_1", "ch_2": "pi_2", "ch_3": "pi_3", "ch_4": "pi_4"},
+    )
+    said = {
+        "a": "1 done. Done: charge_customer for INV-7 (charge ch_1).",  # true
+        "b": "1 done. Done: charge_customer for INV-7 (charge ch_2).",  # a second, unsaid
+        "c": "1 done. Done: charge_customer for INV-7 (charge ch_4).",  # another invoice
+        "d": "1 not done. Not done: charge_customer for INV-7 — failed after 3 errors.",
+        "e": "1 done. Done: charge_customer for INV-7 (charge ch_404).",  # no such effect
+    }
+    prefixes = {task: f"ao:{task}:" for task in said}
+    untrue = summaries_untrue(said, key_prefix=prefixes, ledgers=ledgers)
+    assert [line.split(":")[0] for line in untrue] == ["b", "c", "e"]
+    assert "does not mention charge_customer pi_3" in untrue[0]
+    assert "acted on 'charge:INV-8'" in untrue[1]
+    # The same words, said by a task whose keys made the charge: "not done" is untrue.
+    [denied] = summaries_untrue({"d": said["d"]}, key_prefix={"d": "ao:a:"}, ledgers=ledgers)
+    assert "the provider performed it (pi_1 under ao:a:1)" in denied
+
+
+def test_the_model_slips_replayably_and_the_harness_refuses_its_slips() -> None:
+    charge = {"invoice": "INV-s1-x-5", "amount": 4900, "currency": "usd"}
+    assert rephrased(charge)["amount"] == "49.00"
+    assert rephrased(
+        {"subject": "Receipt for X", "check_in": "2027-03-05", "flight": "TP1351"}
+    ) == {
+        "subject": "Following up: receipt for X",
+        "check_in": "5 March 2027",
+        "flight": "TP 1351",
+    }
+    assert neighbouring(charge)["invoice"] == "INV-s1-x-6"
+    assert neighbouring({"passenger": "Traveller s1-x-9", "flight": "TP1"})["passenger"] == (
+        "Traveller s1-x-10"
+    )
+    model = Model(seed=3)
+    picks = [model.slip(f"situation {i}", 0) for i in range(400)]
+    assert picks == [model.slip(f"situation {i}", 0) for i in range(400)]  # replayable
+    assert {REPHRASE, NEIGHBOUR, FORGET, None} == set(picks)
+    assert 0.2 < sum(p is not None for p in picks) / len(picks) < 0.4
+    assert model.slip("situation 1", model.most) is None  # corrected twice: it behaves
+
+    refs = {"invoice": "INV-s1-x-5", "amount": 4900, "email": "a@b.ch"}
+    declined = StepFact(
+        1,
+        "charge_customer",
+        {**charge, "payment_method": "pm_card_visa"},
+        StepState.NOT_DONE,
+        "payment pi_1 did not go through (card_declined)",
+        "ao:00000000-0000-0000-0000-000000000000:1",
+        guard="charge:INV-s1-x-5",
+    )
+    facts = TaskFacts("00000000-0000-0000-0000-000000000000", "renewal", "g", refs, [declined])
+    slipped = Misbehaving(Model(seed=1, rate=1.0, weights=(1.0, 0.0, 0.0))).decide(facts)
+    assert isinstance(slipped, Call) and slipped.args["amount"] == "49.00"
+    assert slipped.raw == {"chaos": REPHRASE}
+    # Refused (invalid arguments), the slip is set aside: the playbook goes on from the facts.
+    refused = StepFact(
+        2,
+        "charge_customer",
+        slipped.args,
+        StepState.NOT_DONE,
+        "refused",
+        "ao:x:2",
+        refusal=Refusal.INVALID_ARGUMENTS,
+    )
+    assert corrected(TaskFacts(facts.task_id, "renewal", "g", refs, [declined, refused])).steps == [
+        declined
+    ]
+    honest = Misbehaving(Model(seed=1, rate=0.0)).decide(facts)
+    assert isinstance(honest, Call) and honest.args["purpose"] == "payment_failed"
 
 
 def test_the_naive_loop_calls_again_without_a_key_and_is_not_truthful(
@@ -113,7 +342,12 @@ def test_the_naive_loop_calls_again_without_a_key_and_is_not_truthful(
     outcome = NaiveLoop(spec, tool_registry(), tmp_path).run()
     assert outcome == "finished"
     record = json.loads((tmp_path / f"naive-{inv}.json").read_text())
-    assert record["claim"] == f"{inv} not charged: the payment failed"
+    assert record["summary"].startswith(
+        f"1 done, 1 not done. Done: send_email for payment_failed:{inv} (message msg_"
+    )
+    assert record["summary"].endswith(
+        f"Not done: charge_customer for {inv} — failed after 3 errors."
+    )
     charge, notice = record["intents"]
     assert [a["key"] for a in charge["attempts"]] == [
         f"naive:naive-{inv}:1:{n}"
@@ -136,6 +370,58 @@ def test_the_naive_loop_calls_again_without_a_key_and_is_not_truthful(
     )
     assert figures["duplicates"] == 1 and figures["untrue_summaries"] == 1
     assert figures["lost"] == 0
+
+
+def test_the_naive_loop_asks_the_operator_as_the_safe_harness_does(
+    on_providers: None,
+    payments_sandbox: SandboxHandle,
+    bookings_sandbox: SandboxHandle,
+    tmp_path: Path,
+) -> None:
+    inv = invoice()
+    refs = {
+        "invoice": inv,
+        "amount": 400_000,  # above 3,000.00: a person approves the charge first
+        "email": "ada@example.com",
+        "flight": "TP1351",
+        "traveller": f"Ada {inv}",
+        "hotel": "Alfama",
+        "check_in": "2027-03-01",
+        "check_out": "2027-03-02",
+    }
+    name = f"naive-{inv}"
+
+    def operator() -> None:  # what the chaos run's driver does for a naive task
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            request = read_json(approval_path(tmp_path, name))
+            if request is not None:
+                assert request["tool"] == "charge_customer" and "3,000.00" in request["reason"]
+                write_whole(
+                    decision_path(tmp_path, name), {"n": request["n"], "decision": "reject"}
+                )
+                return
+            time.sleep(0.05)
+
+    answering = threading.Thread(target=operator)
+    answering.start()
+    loop = NaiveLoop({"task": name, "kind": "trip", "refs": refs}, tool_registry(), tmp_path)
+    assert loop.run() == "compensated"
+    answering.join()
+    record = json.loads((tmp_path / f"{name}.json").read_text())
+    assert record["summary"].startswith("Compensated. 2 undone. Undone: hold_flight for TP1351")
+    ledgers = Ledgers(
+        entries={"bookings": bookings_sandbox.client.ledger(), "payments": []}, fault_logs={}
+    )
+    figures = audit_naive(
+        plan=plan_make(seed=1, tasks=1, run="unused"),
+        task_names=[name],
+        directory=tmp_path,
+        ledgers=ledgers,
+        hits=[],
+    )
+    assert figures["untrue_summaries"] == 0 and figures["compensation_mismatch"] == 0
+    assert not [e for e in payments_sandbox.client.ledger() if inv in json.dumps(e)]
 
 
 def test_only_a_naive_worker_runs_the_naive_job() -> None:
@@ -175,7 +461,8 @@ def test_the_audit_counts_an_effect_a_provider_performed_twice_under_one_key(
     mail = Step.objects.get(task=task, n=2)
     [paid] = payments_sandbox.client.ledger(key=charge.key)
     [sent] = mail_sandbox.client.ledger(key=mail.key)
-    honest = Ledgers(entries={"payments": [paid], "mail": [sent]}, fault_logs={})
+    charges = {charge.evidence["charge"]: charge.evidence["payment_intent"]}
+    honest = Ledgers(entries={"payments": [paid], "mail": [sent]}, fault_logs={}, charges=charges)
     plan = plan_make(seed=1, tasks=1, run="unused")
     figures = audit_journal(plan=plan, task_ids=[str(task.pk)], ledgers=honest, hits=[])
     assert {name: figures[name] for name in MUST_BE_ZERO if name != "business_duplicates"} == {
@@ -185,10 +472,69 @@ def test_the_audit_counts_an_effect_a_provider_performed_twice_under_one_key(
     twice = Ledgers(
         entries={"payments": [paid, {**paid, "object_id": "pi_again"}], "mail": [sent]},
         fault_logs={},
+        charges=charges,
     )
     figures = audit_journal(plan=plan, task_ids=[str(task.pk)], ledgers=twice, hits=[])
     assert figures["duplicates"] == 1 and figures["journal_mismatch"] == 1
-    assert len(business_duplicates(twice)) == 1
+    # Its summary names one charge; the provider shows two.
+    assert figures["untrue_summaries"] == 1, figures["examples"]
+    assert "does not mention charge_customer pi_again" in figures["examples"]["untrue_summaries"][0]
+
+
+def _flagged(task: str, *, on_purpose: bool) -> dict[str, Any]:
+    reason = "step ao:x:1 (charge_customer): the provider refused us (421)"
+    return {"task": task, "code": "misconfigured", "reason": reason, "on_purpose": on_purpose}
+
+
+def test_a_task_left_to_a_person_fails_the_run_unless_the_plan_meant_it() -> None:
+    zeros: dict[str, Any] = dict.fromkeys(MUST_BE_ZERO, 0)
+    passing = {**zeros, "needs_human_on_purpose": 0, "needs_human_expected": 0, "flagged": []}
+    assert verdict(passing) == []
+    # Every task handed to a person, none on purpose: the regression the criterion catches.
+    everyone = {**passing, "needs_human": 30, "flagged": [_flagged("t1", on_purpose=False)]}
+    [why] = verdict(everyone)
+    assert why.startswith("needs_human is 30, not 0: tasks need a person that the plan did not")
+    assert "t1 [misconfigured] step ao:x:1" in why
+    # A refusal the plan makes on purpose is expected, exactly.
+    meant = {**passing, "needs_human_on_purpose": 1, "needs_human_expected": 1}
+    assert verdict(meant) == []
+    assert verdict({**meant, "needs_human_on_purpose": 0}) == [
+        "needs_human_on_purpose is 0: the plan refuses us for 1 charge(s), and each such "
+        "task, and only it, must be left to a person"
+    ]
+    assert verdict({**passing, "unknown_open": 2})[0].startswith("unknown_open is 2, not 0")
+
+
+def test_manage_py_chaos_exits_non_zero_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    figures: dict[str, Any] = {
+        **dict.fromkeys(MUST_BE_ZERO, 0),
+        "needs_human": 1,
+        "flagged": [_flagged("t1", on_purpose=False)],
+        "needs_human_on_purpose": 0,
+        "needs_human_expected": 0,
+        "seed": 1,
+        "harness": "safe",
+        "tasks": 1,
+        "steps": 1,
+        "intended_effects": 1,
+        "provider_effects": 0,
+        "outcomes": {"needs_human": 1},
+        "faults_injected": {},
+        "recovery_s": {},
+        "wall_s": 1.0,
+        "workdir": "var/chaos/x",
+    }
+    figures["failed"] = verdict(figures)
+    figures["ok"] = False
+    monkeypatch.setattr("devtools.management.commands.chaos.chaos_run", lambda **_: figures)
+    out, err = io.StringIO(), io.StringIO()
+    command = Command(stdout=out, stderr=err)
+    options = vars(command.create_parser("manage.py", "chaos").parse_args(["--json"]))
+    with pytest.raises(SystemExit) as exited:
+        command.execute(**{**options, "skip_checks": True})
+    assert exited.value.code == 1
+    assert json.loads(out.getvalue().strip().splitlines()[-1])["ok"] is False
+    assert "chaos run failed: needs_human is 1, not 0" in err.getvalue()
 
 
 def test_a_run_does_not_share_its_queue_with_other_workers(tmp_path: Path) -> None:
@@ -205,18 +551,37 @@ def test_a_run_does_not_share_its_queue_with_other_workers(tmp_path: Path) -> No
 
 
 @pytest.mark.stack("postgres", "redis")  # the run restarts both
-@pytest.mark.timeout(300)  # some 20 s alone: thirty tasks, real workers, faults, restarts
-def test_a_small_chaos_run_repeats_nothing_and_loses_nothing(tmp_path: Path) -> None:
+@pytest.mark.timeout(300)  # some 25 s alone: thirty tasks, real workers, faults, restarts
+def test_a_small_chaos_run_repeats_nothing_loses_nothing_and_asks_nobody_unmeant(
+    tmp_path: Path,
+) -> None:
     redis = quiet_world()
     try:
-        figures = chaos_run(tasks=30, seed=1, workers=2, workdir=tmp_path, out=None)
+        figures = chaos_run(tasks=30, seed=1, workers=2, workdir=tmp_path, out=None, refusals=1)
     finally:
         connections.close_all()  # PostgreSQL was restarted under this process
         redis.flushdb()
-    failing = {name: figures[name] for name in MUST_BE_ZERO if figures[name]}
-    assert failing == {}, json.dumps(figures.get("examples"), indent=1)
+    assert figures["failed"] == [], json.dumps(figures.get("examples"), indent=1)
     assert figures["ok"] is True
     assert sum(figures["outcomes"].values()) == figures["tasks"] == 30
+    # The charge the provider refused us for left its task, and only it, to a person...
+    [flagged] = figures["flagged"]
+    assert flagged["on_purpose"] is True and flagged["code"] == "misconfigured"
+    assert figures["needs_human_on_purpose"] == figures["needs_human_expected"] == 1
+    # ...and had the plan not meant it, the run would have failed, saying which task and why.
+    [why] = verdict(
+        {**figures, "needs_human_expected": 0, "needs_human_on_purpose": 0}
+        | {
+            "needs_human": 1,
+            "flagged": [{**flagged, "on_purpose": False}],
+        }
+    )
+    assert flagged["task"] in why and "[misconfigured]" in why
+    assert figures["business_duplicates_by_cause"] == {
+        "from_faults": 0,
+        "asked_twice": 0,
+        "wrong_object": 0,
+    }
     injected = figures["faults_injected"]
     for kind in ("worker_sigkill", "worker_sigstop"):
         assert injected.get(kind, 0) >= 1, (kind, injected)
@@ -224,5 +589,6 @@ def test_a_small_chaos_run_repeats_nothing_and_loses_nothing(tmp_path: Path) -> 
         done = injected.get(f"{server}_restart", 0)
         skipped = figures["faults_skipped"].get(f"{server}_restart", 0)
         assert (done, skipped) == (1, 0), (server, figures)
+    assert injected.get("misdirected") == 1
     assert sum(injected.values()) > 20
     assert figures["provider_effects"] > 30
