@@ -127,6 +127,27 @@ APP_COLUMNS: dict[str, Columns] = {
     "agentops_webhookevent": Columns(
         updatable=("result",), frozen=("id", "provider", "type", "facts", "received_at")
     ),
+    # An API client (agentops/api/auth.py): its name, token hash and scopes never change; it
+    # is revoked once, and every request notes its use and counts it in the rate window.
+    "agentops_apiclient": Columns(
+        updatable=("revoked_at", "last_used_at", "rate_window", "rate_count"),
+        frozen=("id", "name", "prefix", "token_hash", "scopes", "created_at"),
+    ),
+    # An Idempotency-Key (agentops/api/idempotency.py): completed with the first answer. A key
+    # past its expiry starts afresh on the same row (the app may not DELETE), so what it was
+    # claimed for (fingerprint, times) is updatable too; whose key it is never changes.
+    "agentops_idempotencykey": Columns(
+        updatable=(
+            "state",
+            "response_status",
+            "response_body",
+            "completed_at",
+            "fingerprint",
+            "claimed_at",
+            "expires_at",
+        ),
+        frozen=("id", "client_id", "key"),
+    ),
 }
 
 # Apps whose every table must be listed in APP_COLUMNS.

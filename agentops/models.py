@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Q
 from django.db.models.functions import Now
 
 
@@ -23,3 +24,97 @@ class WebhookEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider} {self.type} {self.id}"
+
+
+class ApiScope(models.TextChoices):
+    """What an API client may do (agentops/api). Each is granted on its own."""
+
+    TASKS_START = "tasks:start", "start tasks"
+    """POST /api/v1/tasks: start a task (or be told its once-only effect is already done)."""
+    TASKS_READ = "tasks:read", "read tasks"
+    """GET /api/v1/tasks and /api/v1/tasks/{id}: tasks, their steps, evidence and refs (which
+    name customers' addresses)."""
+    TASKS_APPROVE = "tasks:approve", "approve or reject held steps"
+    """POST …/approve and …/reject: decide a saga's step held for a person."""
+    TASKS_OPERATE = "tasks:operate", "resume, cancel and reconcile tasks"
+    """POST …/resume, …/cancel and …/reconcile: what an operator does to a task handed over."""
+
+
+class ApiClient(models.Model):
+    """A program that uses the HTTP API, known by a token of its own (agentops/api/auth.py).
+
+    Only the token's first characters (``prefix``, to find the row) and its SHA-256 are kept,
+    never the token: it is shown once, when the client is created. A revoked client is kept,
+    so the journal's ``api:<name>`` entries still name someone who existed.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    prefix = models.CharField(max_length=32, unique=True)
+    token_hash = models.CharField(max_length=64)
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(db_default=Now())
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    # The rate limit's fixed window (agentops/api/auth.py): its start and the requests in it.
+    rate_window = models.DateTimeField(null=True, blank=True)
+    rate_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "API client"
+
+    def __str__(self) -> str:
+        return f"api:{self.name}"
+
+    @property
+    def actor(self) -> str:
+        """Who the journal says acted, for everything this client does."""
+        return f"api:{self.name}"
+
+
+class IdempotencyState(models.TextChoices):
+    IN_PROGRESS = "in_progress", "in progress"
+    """Claimed: a request with this key is being answered, or died before it answered (then
+    its work rolled back with it, and the next request with the key does it)."""
+    COMPLETED = "completed", "completed"
+    """Answered: the response is stored, and replayed to every request with the key and the
+    same body until the key expires."""
+
+
+class IdempotencyKey(models.Model):
+    """One client's ``Idempotency-Key`` and the first answer to it (agentops/api/idempotency.py).
+
+    Inserted, in its own transaction, before the work; completed in the same transaction as
+    the work, under this row's lock, so the answer is stored exactly when the work commits.
+    """
+
+    client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, db_index=False)
+    key = models.CharField(max_length=255)
+    # sha256 of the method, the path and the body: the same key with another request is 422.
+    fingerprint = models.CharField(max_length=64)
+    state = models.CharField(
+        max_length=12, choices=IdempotencyState, default=IdempotencyState.IN_PROGRESS
+    )
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.TextField(blank=True)
+    claimed_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-claimed_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["client", "key"], name="agentops_idempotency_once"),
+            models.CheckConstraint(
+                condition=Q(state__in=IdempotencyState.values),
+                name="agentops_idempotency_state_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(state=IdempotencyState.IN_PROGRESS)
+                | Q(response_status__isnull=False, completed_at__isnull=False),
+                name="agentops_idempotency_completed_has_response",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.client_id}:{self.key} [{self.state}]"
