@@ -78,6 +78,9 @@ INSTALLED_APPS = [
     "django_rq",
     # Counts failed logins and locks the address out for a while (LOGIN_FAILURE_LIMIT).
     "axes",
+    # The HTTP API's docs page (/api/v1/docs): ninja's templates and its Swagger UI, served
+    # from this site like every other static file (agentops/api).
+    "ninja",
     "journal",
     "agentops",
     "agentops.operators",
@@ -319,6 +322,14 @@ CUSTOMER_LINK_MAX_AGE_DAYS = int(os.environ.get("CUSTOMER_LINK_MAX_AGE_DAYS", "3
 # page is permissioned and recorded with their name instead, and is not counted.
 CUSTOMER_RETRY_LIMIT = int(os.environ.get("CUSTOMER_RETRY_LIMIT", "3"))
 CUSTOMER_RETRY_WINDOW_SECONDS = int(os.environ.get("CUSTOMER_RETRY_WINDOW_SECONDS", "3600"))
+
+# The HTTP API for other programs (agentops/api). Requests a client's token may make per
+# minute, counted in PostgreSQL on the client's own row (a fixed window by the database's
+# clock), so it holds across gunicorn workers and machines; then 429 with Retry-After.
+API_RATE_LIMIT = int(os.environ.get("API_RATE_LIMIT", "120"))
+# How long an Idempotency-Key and the first answer to it are kept: a retry with the key
+# within this gets that answer replayed; after it, the key starts afresh.
+API_IDEMPOTENCY_TTL_SECONDS = int(os.environ.get("API_IDEMPOTENCY_TTL_SECONDS", "86400"))
 
 # A client's X-Forwarded-Proto is believed only when an operator says a proxy is in front
 # (one that sets the header itself and drops what clients send). The gunicorn settings

@@ -20,6 +20,7 @@ queue_urls: list[URLPattern] = [
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", include("agentops.operators.urls")),
     path("pay/", include("agentops.customers.urls")),
+    path("api/v1/", include("agentops.api.urls")),
     path(
         "login/",
         auth_views.LoginView.as_view(template_name="operators/login.html"),

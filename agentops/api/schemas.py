@@ -1,0 +1,146 @@
+"""What the API reads and answers, as pydantic models: the OpenAPI schema is made from them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from ninja import Schema
+from pydantic import Field
+
+StepState = Literal["done", "not_done", "unknown", "in_flight"]
+
+
+class Problem(Schema):
+    """Why a request was not done, as a sentence (and, for refused refs, every problem)."""
+
+    detail: str
+    problems: list[str] = Field(default_factory=list)
+
+
+class TaskIn(Schema):
+    kind: str = Field(description="renewal, trip or reminders")
+    goal: str = Field(description="What the task is for, in words (at most 2000 characters).")
+    refs: dict[str, Any] = Field(
+        default_factory=dict, description="The business references the kind's schema asks for."
+    )
+    plan: list[dict[str, Any]] | None = Field(
+        default=None,
+        description='A saga\'s plan: [{"tool": "hold_flight"}, {"tool": "charge_customer", '
+        '"hold": true}, …]; the kind\'s own when left out.',
+    )
+
+
+class ReasonIn(Schema):
+    reason: str = Field(min_length=1, max_length=2000, description="Why (recorded).")
+
+
+class ApproveIn(Schema):
+    approval_id: int = Field(description="The held step's approval (``held.approval_id``).")
+    digest: str = Field(
+        max_length=64,
+        description="The digest of the tool and arguments you approve (``held.digest``): "
+        "another step than the one you saw is refused.",
+    )
+
+
+class RejectIn(ReasonIn):
+    approval_id: int
+
+
+class ReconcileIn(ReasonIn):
+    step: int | None = Field(
+        default=None, description="One step's number; without it, every unknown step."
+    )
+
+
+class StepOut(Schema):
+    n: int
+    tool: str
+    state: StepState = Field(
+        description="done (with evidence), not_done (with the reason or proof), unknown (it "
+        "may have happened: being looked up), in_flight (being attempted now)"
+    )
+    args: dict[str, Any] = Field(description="The arguments, frozen when it was recorded.")
+    key: str = Field(description="Its idempotency key at the provider.")
+    object: str | None = Field(description="The business object it acts on.")
+    once: bool = Field(description="Whether its effect happens once per object.")
+    evidence: dict[str, Any] = Field(description="The provider's ids for it, when done.")
+    reason: str = Field(description="Why it is not done or unknown ('' when done).")
+    refusal: str = Field(description="The code of a refusal made before any call, if any.")
+    attempts: int
+    lookups: int
+    next_check_at: datetime | None = Field(description="When it is looked up next, if unknown.")
+    key_trusted_until: datetime | None
+    settled_at: datetime | None
+    undoes: int | None = Field(description="The step of this task it undoes, if an undo.")
+    undone_by: int | None = Field(description="The step that undid it, if undone.")
+
+
+class HeldOut(Schema):
+    """A saga's step held for a person: approve it with ``approval_id`` and ``digest``."""
+
+    approval_id: int
+    tool: str
+    args: dict[str, Any]
+    digest: str
+    reason: str
+    requested_at: datetime
+    expires_at: datetime
+
+
+class TaskOut(Schema):
+    id: UUID
+    kind: str
+    goal: str
+    status: str = Field(
+        description="runnable, waiting, awaiting_approval, needs_human, finished, cancelled "
+        "or compensated"
+    )
+    attention_code: str = Field(description="Why it needs a person, as a code ('' if not).")
+    attention: str = Field(description="Why it needs a person, as a sentence.")
+    refs: dict[str, Any]
+    plan: list[dict[str, Any]]
+    summary: str | None = Field(description="What it did, from the journal, once finished.")
+    shortfall: bool = Field(description="Finished without every effect it decided.")
+    running_now: bool = Field(description="A worker holds its lease now.")
+    created_at: datetime
+    held: HeldOut | None
+    steps: list[StepOut]
+
+
+class TaskBrief(Schema):
+    id: UUID
+    kind: str
+    status: str
+    attention_code: str
+    attention: str
+    refs: dict[str, Any]
+    step_count: int
+    created_at: datetime
+
+
+class TaskPageOut(Schema):
+    """One page of tasks, newest first."""
+
+    items: list[TaskBrief]
+    page: int
+    pages: int
+    total: int
+    next_page: int | None
+
+
+class AlreadyDoneFact(Schema):
+    tool: str
+    object: str
+    evidence: dict[str, Any]
+    step_key: str
+    task_id: UUID
+    settled_at: datetime | None
+
+
+class AlreadyDoneOut(Schema):
+    """The effect this task would be for already stands done: nothing was started."""
+
+    already_done: AlreadyDoneFact

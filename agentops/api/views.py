@@ -1,0 +1,330 @@
+"""The endpoints. Thin, as the pages are: parse (ninja, from the schemas), check the scope,
+call one service, answer. Every POST goes through the ``Idempotency-Key`` store; every
+action is the operators' own service, recorded as ``api:<client>``."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.params.functions import Header, Query
+
+from agentops.api import selectors
+from agentops.api.auth import ClientToken, RateLimited, client_of
+from agentops.api.idempotency import (
+    HEADER,
+    REPLAYED_HEADER,
+    Answer,
+    BadKey,
+    idempotent,
+    key_of,
+    problem,
+)
+from agentops.api.schemas import (
+    AlreadyDoneFact,
+    AlreadyDoneOut,
+    ApproveIn,
+    Problem,
+    ReasonIn,
+    ReconcileIn,
+    RejectIn,
+    TaskIn,
+    TaskOut,
+    TaskPageOut,
+)
+from agentops.api.services import AlreadyDone, task_start_unless_done
+from agentops.kinds import TaskRefused, UnknownKind
+from agentops.models import ApiClient, ApiScope
+from agentops.runner import (
+    steps_reconcile_now,
+    task_approve,
+    task_cancel,
+    task_reject,
+    task_resume,
+)
+from journal.models import Task
+from journal.status import TransitionRefused
+
+DESCRIPTION = """
+Start agentops tasks, read them, and do what an operator does to them.
+
+Authenticate with `Authorization: Bearer ao_live_…` (a client's token, from
+`manage.py api_client create`); session cookies are not accepted. Each endpoint needs a
+scope: `tasks:start`, `tasks:read`, `tasks:approve` or `tasks:operate`.
+
+Send an `Idempotency-Key` header with every POST (strongly recommended, above all when
+starting a task): a retry with the same key and body gets the first answer again, with
+`Idempotent-Replayed: true`, and nothing is done twice; the same key with another body is
+422, and while the first request is still being answered, 409. Keys are kept 24 hours
+(`API_IDEMPOTENCY_TTL_SECONDS`).
+
+A step is `done` (with evidence), `not_done`, `unknown` (it may have happened: it is being
+looked up — never read it as failed) or `in_flight`.
+"""
+
+api = NinjaAPI(
+    title="agentops",
+    version="1",
+    description=DESCRIPTION,
+    auth=ClientToken(),
+    urls_namespace="api",
+)
+
+IdempotencyKeyHeader = Header(
+    None,
+    alias=HEADER,
+    description="A key of yours for this request (a UUID): a retry with it is answered "
+    "as the first request was, and never done twice.",
+)
+PROBLEMS: dict[int | str, Any] = {
+    400: Problem,
+    401: Problem,
+    403: Problem,
+    404: Problem,
+    409: Problem,
+    422: Problem,
+    429: Problem,
+}
+
+
+@api.exception_handler(RateLimited)
+def rate_limited(request: HttpRequest, exc: RateLimited) -> HttpResponse:
+    response = api.create_response(request, {"detail": str(exc)}, status=429)
+    response["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+def _respond(answer: Answer) -> HttpResponse:
+    response = HttpResponse(answer.body, status=answer.status, content_type="application/json")
+    if answer.replayed:
+        response[REPLAYED_HEADER] = "true"
+    return response
+
+
+def _once(request: HttpRequest, client: ApiClient, work: Callable[[], Answer]) -> HttpResponse:
+    """Answer this POST through the Idempotency-Key store."""
+    try:
+        key = key_of(request.headers.get(HEADER))
+    except BadKey as exc:
+        return _respond(problem(400, str(exc)))
+    return _respond(
+        idempotent(
+            client=client,
+            key=key,
+            method=request.method or "POST",
+            path=request.path,
+            body=request.body,
+            work=work,
+        )
+    )
+
+
+def _task(task_id: uuid.UUID, status: int = 200) -> Answer:
+    try:
+        return Answer(status, selectors.task_out(task_id=task_id).model_dump_json())
+    except Task.DoesNotExist:
+        return problem(404, f"no task {task_id}")
+
+
+def _acting(task_id: uuid.UUID, act: Callable[[], object]) -> Answer:
+    """Do an operator's action on a task; the task as it is now, or why not (409)."""
+    if not Task.objects.filter(pk=task_id).exists():
+        return problem(404, f"no task {task_id}")
+    try:
+        act()
+    except TransitionRefused as exc:
+        return problem(409, str(exc))
+    return _task(task_id)
+
+
+# --- Starting and reading --------------------------------------------------------------------
+
+
+@api.post(
+    "/tasks",
+    response={201: TaskOut, 200: AlreadyDoneOut, **PROBLEMS},
+    summary="Start a task",
+)
+def tasks_start(
+    request: HttpRequest,
+    payload: TaskIn,
+    idempotency_key: str | None = IdempotencyKeyHeader,
+) -> HttpResponse:
+    """Record a task and have a worker run it: **201** with the task. Refs the kind does not
+    accept are **422** with every problem named, and nothing is recorded. When the effect the
+    task is for already stands done (a renewal of an invoice that is paid), **200** with
+    `already_done` — the tool, the object, its evidence, its step and task — and nothing is
+    started."""
+    client = client_of(request, ApiScope.TASKS_START)
+
+    def work() -> Answer:
+        try:
+            started = task_start_unless_done(
+                kind=payload.kind,
+                goal=payload.goal,
+                refs=payload.refs,
+                plan=payload.plan,
+                actor=client.actor,
+            )
+        except UnknownKind as exc:
+            return problem(422, "the task was not started", problems=[str(exc)])
+        except TaskRefused as exc:
+            return problem(422, "the task was not started", problems=exc.problems)
+        if isinstance(started, AlreadyDone):
+            fact = AlreadyDoneFact(**vars(started))
+            return Answer(200, AlreadyDoneOut(already_done=fact).model_dump_json())
+        return _task(started.pk, status=201)
+
+    return _once(request, client, work)
+
+
+@api.get("/tasks/{task_id}", response={200: TaskOut, **PROBLEMS}, summary="Read a task")
+def tasks_read(request: HttpRequest, task_id: uuid.UUID) -> HttpResponse:
+    """The task: its status, why it needs a person if it does, its refs and summary, what is
+    held for approval, and every step with its frozen arguments, key, and evidence or
+    reason."""
+    client_of(request, ApiScope.TASKS_READ)
+    return _respond(_task(task_id))
+
+
+@api.get("/tasks", response={200: TaskPageOut, **PROBLEMS}, summary="List tasks by reference")
+def tasks_list(
+    request: HttpRequest,
+    ref: str = Query("", description="An invoice (INV-2291), or an object a step acted on."),
+    page: int = Query(1, ge=1),
+    per_page: int = Query(selectors.PER_PAGE, ge=1, le=selectors.PER_PAGE_MAX),
+) -> TaskPageOut:
+    """Tasks about a business reference (all tasks without one), newest first, a page at a
+    time."""
+    client_of(request, ApiScope.TASKS_READ)
+    return selectors.task_page_out(ref=ref, page=page, per_page=per_page)
+
+
+# --- What an operator does ---------------------------------------------------------------------
+
+
+@api.post(
+    "/tasks/{task_id}/approve",
+    response={200: TaskOut, **PROBLEMS},
+    summary="Approve a held step",
+)
+def tasks_approve(
+    request: HttpRequest,
+    task_id: uuid.UUID,
+    payload: ApproveIn,
+    idempotency_key: str | None = IdempotencyKeyHeader,
+) -> HttpResponse:
+    """Approve exactly the held step you were shown (`held.approval_id` and `held.digest`):
+    the saga goes on with it. Another digest, or nothing held, is **409**; so is a request
+    that expired (the saga decides again and asks anew)."""
+    client = client_of(request, ApiScope.TASKS_APPROVE)
+
+    def act() -> None:
+        approved = task_approve(
+            task_id=task_id,
+            approval_id=payload.approval_id,
+            digest=payload.digest,
+            actor=client.actor,
+        )
+        if not approved:
+            raise TransitionRefused(
+                "the request for approval had expired: the saga decides again and asks anew"
+            )
+
+    return _once(request, client, lambda: _acting(task_id, act))
+
+
+@api.post(
+    "/tasks/{task_id}/reject", response={200: TaskOut, **PROBLEMS}, summary="Reject a held step"
+)
+def tasks_reject(
+    request: HttpRequest,
+    task_id: uuid.UUID,
+    payload: RejectIn,
+    idempotency_key: str | None = IdempotencyKeyHeader,
+) -> HttpResponse:
+    """Reject the held step: it never runs, and the saga undoes what it did."""
+    client = client_of(request, ApiScope.TASKS_APPROVE)
+    return _once(
+        request,
+        client,
+        lambda: _acting(
+            task_id,
+            lambda: task_reject(
+                task_id=task_id,
+                approval_id=payload.approval_id,
+                actor=client.actor,
+                reason=payload.reason,
+            ),
+        ),
+    )
+
+
+@api.post("/tasks/{task_id}/resume", response={200: TaskOut, **PROBLEMS}, summary="Resume a task")
+def tasks_resume(
+    request: HttpRequest,
+    task_id: uuid.UUID,
+    payload: ReasonIn,
+    idempotency_key: str | None = IdempotencyKeyHeader,
+) -> HttpResponse:
+    """Let a task that needs a person go on (**409** if it does not need one)."""
+    client = client_of(request, ApiScope.TASKS_OPERATE)
+    return _once(
+        request,
+        client,
+        lambda: _acting(
+            task_id,
+            lambda: task_resume(task_id=task_id, actor=client.actor, reason=payload.reason),
+        ),
+    )
+
+
+@api.post("/tasks/{task_id}/cancel", response={200: TaskOut, **PROBLEMS}, summary="Cancel a task")
+def tasks_cancel(
+    request: HttpRequest,
+    task_id: uuid.UUID,
+    payload: ReasonIn,
+    idempotency_key: str | None = IdempotencyKeyHeader,
+) -> HttpResponse:
+    """Stop a task that needs a person for good. Refused (**409**) while one of its steps may
+    still have acted, or while a saga has effects to undo."""
+    client = client_of(request, ApiScope.TASKS_OPERATE)
+    return _once(
+        request,
+        client,
+        lambda: _acting(
+            task_id,
+            lambda: task_cancel(task_id=task_id, actor=client.actor, reason=payload.reason),
+        ),
+    )
+
+
+@api.post(
+    "/tasks/{task_id}/reconcile",
+    response={200: TaskOut, **PROBLEMS},
+    summary="Look a task's unknown steps up now",
+)
+def tasks_reconcile(
+    request: HttpRequest,
+    task_id: uuid.UUID,
+    payload: ReconcileIn,
+    idempotency_key: str | None = IdempotencyKeyHeader,
+) -> HttpResponse:
+    """Have the task's unknown steps (or step `step`) looked up at their provider now, by
+    key; each is sent again, with the same key, only while the provider still remembers the
+    key. **409** when there is nothing to look up."""
+    client = client_of(request, ApiScope.TASKS_OPERATE)
+
+    def act() -> None:
+        steps = selectors.unknown_steps(task_id=task_id, n=payload.step)
+        if not steps:
+            which = f"step {payload.step} is" if payload.step is not None else "no step is"
+            raise TransitionRefused(
+                f"{which} unknown or abandoned in flight: there is nothing to look up"
+            )
+        steps_reconcile_now(step_ids=steps, actor=client.actor, reason=payload.reason)
+
+    return _once(request, client, lambda: _acting(task_id, act))
