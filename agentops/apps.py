@@ -12,6 +12,10 @@ class AgentopsConfig(AppConfig):
 
     def ready(self) -> None:
         from agentops import checks  # noqa: F401 - registers the system checks
+        from agentops.effects import autodiscover
+
+        # Every installed app's tools, kinds, playbooks and providers (its effects module).
+        autodiscover()
 
         # Privileges follow the schema: after every migrate, not in one migration, because
         # every later migration may add a table or a column.

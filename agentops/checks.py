@@ -15,6 +15,11 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
+from agentops.effects import declarations
+
+# What the installed apps declare: each misdeclared tool or kind, refused with a sentence.
+register()(declarations)
+
 
 @register()
 def lease_outlasts_tool_calls(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:

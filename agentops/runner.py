@@ -28,7 +28,7 @@ from django.db import transaction
 from agentops.kinds import (
     TaskRefused,
     kind_get,
-    plan_problems,
+    plan_problems_of,
     rules_for,
     task_problems,
     tools_for,
@@ -66,7 +66,7 @@ def task_start(
     problems = task_problems(kind=task_kind, goal=goal, refs=refs or {})
     if plan is not None or task_kind.saga is not None:
         plan = plan if plan is not None else task_kind.saga.default_plan()  # type: ignore[union-attr]
-        problems += plan_problems(kind=task_kind, plan=plan)
+        problems += plan_problems_of(kind=task_kind, plan=plan)
     if problems:
         raise TaskRefused(problems)
     with transaction.atomic():

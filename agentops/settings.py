@@ -84,7 +84,8 @@ INSTALLED_APPS = [
     "journal",
     "agentops",
     "agentops.operators",
-    "agentops.customers",
+    # The shipped task kinds (renewals, trips, reminders), an app on the public API.
+    "commerce",
 ]
 # The development tools (devtools/: the chaos run, the benchmark) are not shipped; their
 # commands (`manage.py chaos`, `manage.py bench`) exist only where this is set, as the

@@ -5,8 +5,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
 from django_rq.urls import get_admin_urlpatterns, get_api_urlpatterns
 
-from agentops import views
 from agentops.access import queues_permission_required
+from agentops.effects import registry
 
 # django-rq's pages, each behind the queues permission (its own check is only is_staff).
 queue_urls: list[URLPattern] = [
@@ -19,7 +19,6 @@ queue_urls: list[URLPattern] = [
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", include("agentops.operators.urls")),
-    path("pay/", include("agentops.customers.urls")),
     path("api/v1/", include("agentops.api.urls")),
     path(
         "login/",
@@ -29,5 +28,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("django-rq/", include((queue_urls, "django_rq"))),
-    path("webhooks/stripe", views.stripe_webhook, name="stripe-webhook"),
+    # The pages the installed apps serve (a customer's page, a provider's webhook).
+    *(path(prefix, include(urlconf)) for prefix, urlconf in registry.urls),
 ]

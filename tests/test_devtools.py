@@ -29,13 +29,13 @@ _LOAD_THE_PRODUCT = """
 import json, sys
 from django.core.management import get_commands, load_command_class
 import agentops.wsgi, agentops.jobs, agentops.runner
-from agentops.kinds import KINDS, tools_for
+from agentops.kinds import kinds, tools_for
 from agentops.planners import planner_get
 from journal.models import Task
 commands = get_commands()
 for name, app in commands.items():
     load_command_class(app, name)
-for kind in KINDS:
+for kind in kinds():
     planner_get(tools_for(Task(kind=kind)))
 print(json.dumps({
     "commands": sorted(commands),

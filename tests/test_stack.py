@@ -26,12 +26,12 @@ from typing import IO, Any
 import pytest
 import redis
 
+from agentops.effects import registry
 from devtools.process import Supervised, free_port
 from devtools.stack import base, files, users
 from devtools.stack.app import Child
 from devtools.stack.base import StackError
 from devtools.stack.control import CONTROL_VARIABLE, stack_control
-from devtools.stack.sandboxes import SANDBOXES
 from devtools.stack.users import DEFAULT_APP_USER, RunAs, app_identity, server_identity
 
 REPO = Path(__file__).resolve().parents[1]
@@ -228,15 +228,20 @@ def _still_running(process: _Process) -> bool:
 def _env_for_a_run_of_its_own() -> dict[str, str]:
     """Our environment without this test run's servers, settings and providers (`run` would
     use them instead of starting its own), with free ports for all it listens on."""
+    sandboxes = list(registry.sandboxes.values())
+    # The settings that point the app at a provider: with one set, `run` starts no sandbox.
+    providers = {s.unless for s in sandboxes} | {k for s in sandboxes for k in s.settings}
     env = {
         name: value
         for name, value in os.environ.items()
         if name in {"AGENTOPS_SERVER_USER", "AGENTOPS_APP_USER"}
-        or not name.startswith(("AGENTOPS_", "DJANGO_", "DATABASE_", "REDIS_", "STRIPE_", "PG"))
-        and name not in {"MAIL_API_BASE", "BOOKINGS_API_BASE"}
+        or not name.startswith(("AGENTOPS_", "DJANGO_", "DATABASE_", "REDIS_", "PG"))
+        and name not in providers
     }
-    for server in ("WEB", "PG", "REDIS", *(f"SANDBOX_{n.upper()}" for n, *_ in SANDBOXES)):
+    for server in ("WEB", "PG", "REDIS"):
         env[f"AGENTOPS_{server}_PORT"] = str(free_port())
+    for sandbox in sandboxes:
+        env[sandbox.port_setting] = str(free_port())
     env["WEB_CONCURRENCY"] = str(_WEB_WORKERS)
     return env
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from django import forms
 
-from agentops.kinds import TaskKind
+from agentops.kinds import Kind
 
 
 class ReasonForm(forms.Form):
@@ -54,15 +54,13 @@ class RejectForm(forms.Form):
 
 # --- Starting a task: a form built from the kind's refs schema ------------------------------
 
-ROWS_HELP = "One per line: invoice, email[, reminder number]."
-
 
 class StartTaskForm(forms.Form):
     """Fields from the kind's JSON schema for its refs; the same checks as ``start_task``."""
 
     goal = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
 
-    def __init__(self, *args: Any, kind: TaskKind, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, kind: Kind, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.kind = kind
         schema = kind.refs_schema
@@ -85,7 +83,7 @@ class StartTaskForm(forms.Form):
             if value in (None, ""):
                 continue
             if spec.get("type") == "array":
-                out[name] = _rows(str(value))
+                out[name] = _rows(str(value), spec.get("items") or {})
             else:
                 out[name] = value
         return out
@@ -107,14 +105,14 @@ def _field(name: str, spec: Mapping[str, Any], *, required: bool) -> forms.Field
             label=label,
             required=required,
             min_value=spec.get("minimum"),
-            help_text="in minor units (4900 = 49.00)" if name == "amount" else "",
+            help_text=str(spec.get("description", "")),
         )
     if spec.get("type") == "array":
         return forms.CharField(
             label=label,
             required=required,
             widget=forms.Textarea(attrs={"rows": 3}),
-            help_text=ROWS_HELP,
+            help_text=_rows_help(spec.get("items") or {}),
         )
     widget: forms.Widget | None = None
     if spec.get("format") == "date":
@@ -124,17 +122,35 @@ def _field(name: str, spec: Mapping[str, Any], *, required: bool) -> forms.Field
     return forms.CharField(label=label, required=required, max_length=254, widget=widget)
 
 
-def _rows(text: str) -> list[dict[str, Any]]:
+def _columns(items: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], bool]]:
+    """A list's rows as the kind's schema has them: each column's name, schema, whether
+    required, in the schema's order."""
+    required = set(items.get("required", []))
+    return [(n, s, n in required) for n, s in (items.get("properties") or {}).items()]
+
+
+def _rows_help(items: Mapping[str, Any]) -> str:
+    """``One per line: invoice, email[, reminder].``"""
+    shown = ""
+    for i, (name, _, required) in enumerate(_columns(items)):
+        part = name.replace("_", " ")
+        shown += (", " if i else "") + part if required else f"[, {part}]"
+    return f"One per line: {shown}."
+
+
+def _rows(text: str, items: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Rows typed one per line, comma-separated, columns in the schema's order."""
+    columns = _columns(items)
     rows = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if not any(parts):
             continue
-        row: dict[str, Any] = {"invoice": parts[0]}
-        if len(parts) > 1:
-            row["email"] = parts[1]
-        if len(parts) > 2 and parts[2]:
-            row["reminder"] = int(parts[2]) if parts[2].isdigit() else parts[2]
+        row: dict[str, Any] = {}
+        for (name, spec, _), part in zip(columns, parts, strict=False):
+            if part == "":
+                continue
+            row[name] = int(part) if spec.get("type") == "integer" and part.isdigit() else part
         rows.append(row)
     return rows
 

@@ -26,7 +26,9 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils.safestring import SafeString
 
+from agentops.kinds import kinds
 from agentops.operators.timeline import Event, Timeline, step_timeline
+from agentops.tools import tool_registry
 from journal.models import Approval, ApprovalState, Entry, Step, StepKind, Task, TaskStatus
 from journal.outcomes import StepState
 from journal.protocols import StepFact
@@ -98,20 +100,24 @@ def _search(q: str) -> Q:
         return Q(pk=uuid.UUID(q))
     except ValueError:
         pass
-    if q.startswith("ao:"):
-        return Q(pk__in=Step.objects.filter(key=q).values("task_id"))
-    evidence = Step.objects.filter(
-        Q(outcome__evidence__id=q)
-        | Q(outcome__evidence__charge=q)
-        | Q(outcome__evidence__payment_intent=q)
-        | Q(outcome__evidence__message=q)
-        | Q(outcome__evidence__refund=q)
-    ).values("task_id")
-    return (
-        Q(refs__invoice__iexact=q)
-        | Q(refs__invoices__contains=[{"invoice": q}])
-        | Q(pk__in=evidence)
-    )
+    by_evidence = Q(key=q)  # a step's key
+    for name in sorted({n for tool in tool_registry().values() for n in tool.searchable}):
+        by_evidence |= Q(**{f"outcome__evidence__{name}": q})
+    by_refs = Q()
+    for path in sorted({p for kind in kinds().values() for p in kind.references}):
+        by_refs |= _reference_q(path.split("."), q)
+    return by_refs | Q(pk__in=Step.objects.filter(by_evidence).values("task_id"))
+
+
+def _reference_q(path: list[str], q: str) -> Q:
+    """Tasks whose refs hold ``q`` at ``path`` (``invoice``; ``invoices.*.invoice``)."""
+    if "*" not in path:
+        return Q(**{"refs__" + "__".join(path) + "__iexact": q})
+    star = path.index("*")
+    nested: Any = q
+    for part in reversed(path[star + 1 :]):
+        nested = {part: nested}
+    return Q(**{"refs__" + "__".join(path[:star]) + "__contains": [nested]})
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling, reswap, retarget
 
-from agentops.customers.links import payment_link
-from agentops.customers.selectors import PaymentState, payment_of
-from agentops.customers.services import PaymentRefused, payment_retry
+from agentops.effects import ActionRefused, registry
 from agentops.http import HtmxHttpRequest
-from agentops.kinds import KINDS, TaskRefused, kind_get
+from agentops.kinds import TaskRefused, kind_get, kinds
 from agentops.operators import selectors
 from agentops.operators.forms import (
     ApproveForm,
@@ -154,14 +152,15 @@ def _task_page(task_id: uuid.UUID) -> selectors.TaskPage:
 
 def _task_context(request: HtmxHttpRequest, page: selectors.TaskPage) -> dict[str, Any]:
     task = page.task
-    invoice = task.refs.get("invoice") if isinstance(task.refs, dict) else None
+    links = [(link.label, link.url(task)) for link in registry.links]
     return {
         "page": page,
         "task": task,
         "actions": {row.step.n: step_actions(request, page, row.step) for row in page.rows},
         "task_actions": task_actions(request, page),
+        "labels": {name: spec.label for name, spec in _actions().items()},
         "refs_json": as_json(task.refs),
-        "customer_link": request.build_absolute_uri(payment_link(invoice)) if invoice else "",
+        "links": [(label, request.build_absolute_uri(url)) for label, url in links if url],
         "back": _safe_next(request) or reverse("operators:tasks"),
     }
 
@@ -196,21 +195,11 @@ def task_actions(request: HtmxHttpRequest, page: selectors.TaskPage) -> list[str
         found.append("compensate")
     if task.status == TaskStatus.NEEDS_HUMAN and user.has_perm("journal.resume_task"):
         found += ["resume", "cancel"]
-    if _retryable(task) and user.has_perm("journal.start_task"):
-        found.append("retry")
+    # What the installed apps add (a payment's retry): each its own permission and test.
+    for name, added in registry.actions.items():
+        if user.has_perm(added.permission) and added.available(task):
+            found.append(name)
     return found
-
-
-def _retryable(task: Task) -> bool:
-    """Whether the payment this renewal was about may be tried again now: certainly not
-    done, and nothing for its invoice in progress (the customer's page says the same)."""
-    invoice = task.refs.get("invoice") if isinstance(task.refs, dict) else None
-    # Only on an ended renewal: while any task of the invoice goes on, the payment may still
-    # happen. So the check below costs its queries only on such a page.
-    if task.kind != "renewal" or not isinstance(invoice, str) or task.status not in FINAL:
-        return False
-    payment = payment_of(invoice=invoice)
-    return payment is not None and payment.state == PaymentState.NOT_DONE and payment.retryable
 
 
 @dataclass(frozen=True)
@@ -272,16 +261,17 @@ ACTIONS: dict[str, Action] = {
         "Stop this task for good?",
         _reason(True),
     ),
-    # Starting a charge is starting a task: the same permission as "New task".
-    "retry": Action(
-        "journal.start_task",
-        "Retry payment",
-        "Start a new renewal that charges this invoice again, as its latest renewal asked? "
-        "No money has been taken for it, and nothing for it is in progress. The customer's "
-        "page shows the payment being checked until the new attempt ends.",
-        _reason(True),
-    ),
 }
+
+
+def _actions() -> dict[str, Action]:
+    """Ours, and those the installed apps add (always with a reason)."""
+    added = {
+        name: Action(a.permission, a.label, a.question, _reason(True))
+        for name, a in registry.actions.items()
+        if name not in ACTIONS
+    }
+    return {**ACTIONS, **added}
 
 
 @require_http_methods(["GET", "POST"])
@@ -289,7 +279,7 @@ ACTIONS: dict[str, Action] = {
 def task_action(
     request: HtmxHttpRequest, task_id: uuid.UUID, action: str, n: int | None = None
 ) -> HttpResponse:
-    spec = ACTIONS.get(action)
+    spec = _actions().get(action)
     if spec is None or spec.step != (n is not None):
         raise Http404("no such action")
     if not request.user.has_perm(spec.permission):
@@ -367,11 +357,14 @@ def _perform(
         task_resume(task_id=task_id, actor=actor, reason=reason)
     elif action == "cancel":
         task_cancel(task_id=task_id, actor=actor, reason=reason)
-    elif action == "retry":
+    elif action in registry.actions:
         try:
-            return payment_retry(invoice=page.task.refs["invoice"], actor=actor, reason=reason)
-        except PaymentRefused as exc:
-            raise TransitionRefused(exc.operator) from exc
+            started: Task | None = registry.actions[action].perform(
+                task=page.task, actor=actor, reason=reason
+            )
+        except ActionRefused as exc:
+            raise TransitionRefused(str(exc)) from exc
+        return started
     return None
 
 
@@ -415,8 +408,8 @@ def _safe_next(request: HtmxHttpRequest) -> str:
 @permission_required("journal.start_task", raise_exception=True)
 def task_new(request: HtmxHttpRequest) -> HttpResponse:
     name = request.GET.get("kind") or request.POST.get("kind") or ""
-    if name not in KINDS:
-        return render(request, "operators/task_new.html", {"kinds": KINDS.values(), "form": None})
+    if name not in kinds():
+        return render(request, "operators/task_new.html", {"kinds": kinds().values(), "form": None})
     kind = kind_get(name)
     form = StartTaskForm(request.POST if request.method == "POST" else None, kind=kind)
     if request.method == "POST" and form.is_valid():
@@ -435,6 +428,6 @@ def task_new(request: HtmxHttpRequest) -> HttpResponse:
     return render(
         request,
         "operators/task_new.html",
-        {"kinds": KINDS.values(), "kind": kind, "form": form},
+        {"kinds": kinds().values(), "kind": kind, "form": form},
         status=400 if request.method == "POST" else 200,
     )

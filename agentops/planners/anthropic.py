@@ -25,6 +25,7 @@ from anthropic.types import (
 )
 from django.conf import settings
 
+from agentops.effects import Tool
 from agentops.planners.prompting import (
     SDK_RETRIES,
     SYSTEM_PROMPT,
@@ -36,7 +37,6 @@ from agentops.planners.prompting import (
     tool_descriptions,
     tool_use_id,
 )
-from agentops.tools.base import SchemaTool
 from journal.protocols import Call, Decision, Finish, TaskFacts
 
 
@@ -80,7 +80,7 @@ class AnthropicPlanner:
         return planner_budget()
 
     def __init__(
-        self, tools: Mapping[str, SchemaTool], *, client: anthropic.Anthropic | None = None
+        self, tools: Mapping[str, Tool], *, client: anthropic.Anthropic | None = None
     ) -> None:
         self.tools = tools
         self.client = client if client is not None else anthropic_client()

@@ -24,6 +24,7 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
+from agentops.effects import Tool
 from agentops.planners.prompting import (
     SDK_RETRIES,
     SYSTEM_PROMPT,
@@ -34,7 +35,6 @@ from agentops.planners.prompting import (
     tool_call_id,
     tool_descriptions,
 )
-from agentops.tools.base import SchemaTool
 from journal.protocols import Call, Decision, Finish, TaskFacts
 
 
@@ -82,9 +82,7 @@ class OpenAIPlanner:
     def max_duration(self) -> timedelta:
         return planner_budget()
 
-    def __init__(
-        self, tools: Mapping[str, SchemaTool], *, client: openai.OpenAI | None = None
-    ) -> None:
+    def __init__(self, tools: Mapping[str, Tool], *, client: openai.OpenAI | None = None) -> None:
         self.tools = tools
         self.client = client if client is not None else openai_client()
         self.model: str = settings.OPENAI_MODEL

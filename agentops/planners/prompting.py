@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agentops.tools.base import SchemaTool
+from agentops.effects import Tool
 from journal.outcomes import StepState
 from journal.protocols import StepFact, TaskFacts
 
@@ -86,7 +86,7 @@ def step_failed(step: StepFact) -> bool:
     return step.state == StepState.NOT_DONE
 
 
-def tool_descriptions(tools: Mapping[str, SchemaTool]) -> list[tuple[str, str, dict[str, Any]]]:
+def tool_descriptions(tools: Mapping[str, Tool]) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, description, JSON schema of the arguments) of each tool, sorted by name."""
     return [
         (tool.name, tool.description, dict(tool.schema))

@@ -1,4 +1,5 @@
-"""Deterministic playbooks, for the demo and the tests.
+"""The scripted planner: each kind's deterministic playbook (its app registers it with
+``agentops.effects.register_playbook``), for the demo and the tests.
 
 Like a real model, when it is asked again about a situation it has already decided, it
 rephrases: an amount of 4900 becomes "49.00". The harness never asks twice (the decision is
@@ -9,122 +10,16 @@ rephrased decision as invalid arguments for everyone to see.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from agentops.money import money_text
-from journal.outcomes import StepState
-from journal.protocols import Call, Decision, Finish, Refusal, StepFact, TaskFacts
+from agentops.effects import registry
+from journal.protocols import Call, Decision, TaskFacts
 
 
-def _last(facts: TaskFacts, tool: str) -> StepFact | None:
-    return next((s for s in reversed(facts.steps) if s.tool == tool), None)
-
-
-def renewal(facts: TaskFacts) -> Decision:
-    """Charge the invoice; email the receipt (or, when declined, a notice); finish."""
-    r = facts.refs
-    charge = _last(facts, "charge_customer")
-    if charge is None:
-        return Call(
-            "charge_customer",
-            {
-                "invoice": r["invoice"],
-                "amount": r["amount"],
-                "currency": r.get("currency", "usd"),
-                "payment_method": r.get("payment_method", "pm_card_visa"),
-            },
-        )
-    if charge.refusal == Refusal.ALREADY_DONE:
-        return Finish(f"{r['invoice']} was already paid; not charging again")
-    if charge.refused:
-        return Finish(f"another charge for {r['invoice']} is in progress; not charging again")
-    if charge.refusal or charge.transient:
-        return Finish(f"{r['invoice']} not charged: {charge.detail}")
-    email = _last(facts, "send_email")
-    if email is None:
-        paid = charge.state == StepState.DONE
-        amount = money_text(r["amount"], r.get("currency", "usd"))
-        return Call(
-            "send_email",
-            {
-                "to": r["email"],
-                "subject": f"{'Receipt' if paid else 'Payment failed'} for {r['invoice']}",
-                "body": (
-                    f"We received your payment of {amount}. Thank you."
-                    if paid
-                    else f"Your payment of {amount} did not go through ({charge.detail}). "
-                    "Please update your card."
-                ),
-                "reference": r["invoice"],
-                "purpose": "receipt" if paid else "payment_failed",
-            },
-        )
-    outcome = "renewed" if charge.state == StepState.DONE else "not renewed"
-    return Finish(f"{r['invoice']} {outcome}; email {email.state}")
-
-
-def trip(facts: TaskFacts) -> Decision:
-    """The trip saga: its plan's steps in order (by default hold the flight, book the hotel,
-    charge the card, email the itinerary). When a step cannot happen, the harness unwinds
-    the saga; this playbook is asked only how to go forward."""
-    r = facts.refs
-    args: dict[str, dict[str, Any]] = {
-        "hold_flight": {"flight": r["flight"], "passenger": r["traveller"]},
-        "book_hotel": {
-            "hotel": r["hotel"],
-            "guest": r["traveller"],
-            "check_in": r["check_in"],
-            "check_out": r["check_out"],
-        },
-        "charge_customer": {
-            "invoice": r["invoice"],
-            "amount": r["amount"],
-            "currency": r.get("currency", "usd"),
-            "payment_method": r.get("payment_method", "pm_card_visa"),
-        },
-        "send_email": {
-            "to": r["email"],
-            "subject": f"Your trip {r['invoice']}",
-            "body": f"Flight {r['flight']}, hotel {r['hotel']} from {r['check_in']}.",
-            "reference": r["invoice"],
-            "purpose": "itinerary",
-        },
-    }
-    done = {s.tool for s in facts.steps if s.state == StepState.DONE and not s.offset}
-    for planned in facts.plan:
-        if planned["tool"] not in done:
-            return Call(planned["tool"], args[planned["tool"]])
-    return Finish(f"trip {r['invoice']} booked")
-
-
-def reminders(facts: TaskFacts) -> Decision:
-    """Reminder N (``reminder`` in each item, 1 by default) of each overdue invoice."""
-    tried = {s.args.get("reference") for s in facts.steps if s.tool == "send_email"}
-    for item in facts.refs["invoices"]:
-        if item["invoice"] not in tried:
-            n = item.get("reminder", 1)
-            return Call(
-                "send_email",
-                {
-                    "to": item["email"],
-                    "subject": f"Reminder {n}: invoice {item['invoice']} is overdue",
-                    "body": f"Invoice {item['invoice']} is overdue. Please pay it.",
-                    "reference": item["invoice"],
-                    "purpose": "reminder",
-                    "reminder": n,
-                },
-            )
-    sent = sum(1 for s in facts.steps if s.tool == "send_email" and s.state == StepState.DONE)
-    return Finish(f"{sent} of {len(facts.refs['invoices'])} reminders sent")
-
-
-PLAYBOOKS: Mapping[str, Callable[[TaskFacts], Decision]] = {
-    "renewal": renewal,
-    "trip": trip,
-    "reminders": reminders,
-}
+class NoPlaybook(LookupError):
+    """The scripted planner has no playbook for this kind (its app registers none)."""
 
 
 class ScriptedPlanner:
@@ -136,7 +31,13 @@ class ScriptedPlanner:
     def decide(self, facts: TaskFacts) -> Decision:
         situation = (facts.task_id, len(facts.steps))
         self.asked[situation] += 1
-        decision = PLAYBOOKS[facts.kind](facts)
+        playbook = registry.playbooks.get(facts.kind)
+        if playbook is None:
+            raise NoPlaybook(
+                f"the scripted planner has no playbook for kind {facts.kind!r}: its app "
+                "registers none (agentops.effects.register_playbook)"
+            )
+        decision = playbook(facts)
         if isinstance(decision, Call) and self.asked[situation] > 1:
             return Call(decision.tool, _rephrase(decision.args), raw={"rephrased": True})
         return (

@@ -136,6 +136,30 @@ def manage(
         raise StackError(f"manage.py {' '.join(args)} failed with exit code {result.returncode}")
 
 
+def manage_output(
+    args: Sequence[str],
+    env: dict[str, str],
+    python: str = sys.executable,
+    run_as: RunAs = OURSELVES,
+) -> str:
+    """What ``manage.py ARGS`` prints (it must succeed)."""
+    result = subprocess.run(  # noqa: S603 - the app's Python and manage.py
+        [python, str(MANAGE), *args],
+        cwd=REPO,
+        env=env,
+        user=run_as.uid,
+        group=run_as.gid,
+        extra_groups=run_as.extra_groups,
+        umask=0o077,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise StackError(f"manage.py {' '.join(args)} failed: {result.stderr.strip()[-500:]}")
+    return result.stdout
+
+
 def run_foreground(cmd: Sequence[str], env: dict[str, str], run_as: RunAs = OURSELVES) -> int:
     """Run `cmd` to its end and return its exit code (128 + N when a signal N ended it)."""
     try:

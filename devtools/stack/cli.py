@@ -130,7 +130,7 @@ def cmd_run() -> int:
             env["REDIS_URL"] = redis.url
 
         require_free_port(web_port, "AGENTOPS_WEB_PORT")
-        watched += start_sandboxes(env, web_port, cleanup, python, servers)
+        watched += start_sandboxes(env, web_port, cleanup, python, servers, app)
         # Only migrate runs as the owner of the tables; everything after runs as the app role.
         # It holds the owner's credentials, so it runs before gunicorn, the worker and the
         # sweeper, which share its user and so could read its environment.

@@ -20,8 +20,8 @@ from django.contrib.auth.models import Group
 from django.core import signing
 from django.test import Client, override_settings
 
-from agentops.customers.links import SALT, payment_link
 from agentops.runner import task_start
+from commerce.customers.links import SALT, payment_link
 from journal.leases import lease_acquire, lease_release
 from journal.models import Entry, EntryKind, Task
 from journal.outcomes import Outcome
@@ -133,14 +133,14 @@ def test_an_operator_session_gets_the_customers_page_read_only_and_its_retry_ref
     assert "Try paying again" not in page and 'method="post"' not in page
     assert "Retry payment" in page  # where an operator's retry is
 
-    with caplog.at_level(logging.WARNING, logger="agentops.customers"):
+    with caplog.at_level(logging.WARNING, logger="commerce.customers"):
         refused = c.post(link)
     assert refused.status_code == 403
     html = refused.content.decode()
     assert "would be recorded as the customer" in html  # the refusal, and why
     assert "“Retry payment” on the task page" in html and "Try paying again" not in html
     assert tasks_of(inv) == 1  # nothing started
-    said = [r.getMessage() for r in caplog.records if r.name.startswith("agentops.customers")]
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("commerce.customers")]
     assert any(who.username in m and inv in m for m in said), said
     # The customer, without a session, still has the button.
     assert "Try paying again" in Client().get(link).content.decode()

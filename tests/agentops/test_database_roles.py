@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from agentops.customers.selectors import payment_of
 from agentops.dbroles import ALL, APP_COLUMNS
 from agentops.runner import task_start
+from commerce.customers.selectors import payment_of
 from journal.leases import lease_acquire
 from journal.models import Entry, Step, Task
 from journal.outcomes import Outcome

@@ -12,6 +12,7 @@ from django.test import override_settings
 from agentops.checks import lease_outlasts_tool_calls, sweeper_finds_dead_runs_by_the_lease
 from agentops.kinds import KindRules, kind_get
 from agentops.money import money_text
+from agentops.tools import tool_registry
 from journal.outcomes import StepState
 from journal.protocols import Bound, Refused, StepFact, TaskFacts
 
@@ -38,11 +39,15 @@ def facts(*charges: tuple[int, str, StepState, bool]) -> TaskFacts:
 
 
 def check(rules: KindRules, amount: int, currency: str, history: TaskFacts) -> Any:
-    return rules._within_cap({"amount": amount, "currency": currency}, history)
+    """The cap's verdict on moving ``amount`` with a tool that declares its money."""
+    charge = tool_registry()["charge_customer"]
+    over = rules._over_cap(charge, {"amount": amount, "currency": currency}, history)
+    return over if over is not None else Bound()
 
 
 def test_the_money_cap_is_per_currency_and_counts_what_may_have_been_charged() -> None:
-    rules = KindRules(kind_get("trip"), refs={})
+    refs = {"invoice": "T-1"}
+    rules = KindRules(kind_get("trip"), refs, tool_registry())
     cap = kind_get("trip").money_caps["usd"]
     history = facts(
         (cap - 100, "usd", StepState.DONE, False),

@@ -9,7 +9,7 @@ import pytest
 from django.test import override_settings
 
 from agentops.tools import tool_registry
-from agentops.tools.email import message_id
+from commerce.tools.email import message_id
 from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from journal.protocols import Call

@@ -22,8 +22,8 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from agentops.customers.selectors import PaymentState, payment_of
 from agentops.runner import steps_reconcile_now, task_resume, task_run, task_start
+from commerce.customers.selectors import PaymentState, payment_of
 from journal.models import Step, Task
 from journal.policy import Policy
 from tests.agentops.test_business_effects import charges_of, renewal_refs, run

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from agentops.kinds import KINDS, task_problems
+from agentops.kinds import kind_get, task_problems
 from agentops.runner import task_start
-from agentops.tools.email import SendEmail
+from commerce.tools.email import SendEmail
 from journal.keys import OBJECT_NAME_MAX, UnsafeName, object_key, object_label, object_name
 from journal.models import Step
 from tests.agentops.test_business_effects import run, trip_refs, world  # noqa: F401
@@ -142,7 +142,7 @@ def test_names_that_cannot_be_normalised_safely_are_refused_at_the_door(
     text: str, what: str | None
 ) -> None:
     problems = task_problems(
-        kind=KINDS["trip"], goal="a trip", refs=trip_refs("T-1", traveller=text)
+        kind=kind_get("trip"), goal="a trip", refs=trip_refs("T-1", traveller=text)
     )
     if what is None:
         assert problems == []

@@ -19,8 +19,8 @@ from django.db.models.functions import Now
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from agentops.customers.links import payment_link, payment_token
 from agentops.runner import task_start
+from commerce.customers.links import payment_link, payment_token
 from journal.leases import lease_acquire, lease_release
 from journal.models import Attention, Entry, EntryKind, Step, Task
 from journal.outcomes import Outcome

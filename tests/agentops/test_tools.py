@@ -6,7 +6,7 @@ import pytest
 from django.test import override_settings
 
 from agentops.tools import tool_registry
-from agentops.tools.email import message_id
+from commerce.tools.email import message_id
 from journal.protocols import CostClass
 
 VALID = {"invoice": "INV-2291", "amount": 4900, "currency": "usd", "payment_method": "pm_card_visa"}

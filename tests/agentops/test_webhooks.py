@@ -18,8 +18,8 @@ from django.test import AsyncRequestFactory, Client, override_settings
 
 from agentops.models import WebhookEvent
 from agentops.runner import task_resume
-from agentops.views import stripe_webhook
-from agentops.webhooks import MAX_BODY_BYTES, MAX_DEPTH, TOLERANCE_SECONDS
+from commerce.views import stripe_webhook
+from commerce.webhooks import MAX_BODY_BYTES, MAX_DEPTH, TOLERANCE_SECONDS
 from journal.leases import lease_acquire, lease_release
 from journal.models import Entry, EntryKind, Step, Task
 from journal.outcomes import Outcome
@@ -341,7 +341,7 @@ def test_a_well_signed_but_malformed_event_is_a_400_and_changes_nothing(
 def test_a_failure_while_applying_is_a_500_and_the_redelivery_applies_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import agentops.webhooks
+    import commerce.webhooks
     import journal.settle
 
     step = pending_step()
@@ -351,7 +351,7 @@ def test_a_failure_while_applying_is_a_500_and_the_redelivery_applies_it(
     def broken(**kwargs: Any) -> bool:
         raise OperationalError("the database went away mid-event")
 
-    monkeypatch.setattr(agentops.webhooks, "step_settle", broken)
+    monkeypatch.setattr(commerce.webhooks, "step_settle", broken)
     response = Client(raise_request_exception=False).post(
         "/webhooks/stripe",
         data=payload,
@@ -362,7 +362,7 @@ def test_a_failure_while_applying_is_a_500_and_the_redelivery_applies_it(
     assert not WebhookEvent.objects.filter(id=json.loads(payload)["id"]).exists()
     assert Step.objects.get(pk=step.pk).state == "pending"
 
-    monkeypatch.setattr(agentops.webhooks, "step_settle", real_settle)
+    monkeypatch.setattr(commerce.webhooks, "step_settle", real_settle)
     redelivered = post(payload, sign(payload))
     assert redelivered.status_code == 200 and redelivered.json()["duplicate"] is False
     assert Step.objects.get(pk=step.pk).state == "done"

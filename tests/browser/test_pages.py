@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from agentops.customers.links import payment_link
 from agentops.runner import task_start
+from commerce.customers.links import payment_link
 from journal.models import Approval, Task
 from tests.agentops.workers import Fleet
 from tests.browser.conftest import log_in, operator, screenshot

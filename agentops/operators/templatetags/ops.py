@@ -7,6 +7,8 @@ from typing import Any
 
 from django import template
 
+from agentops.kinds import references_of
+
 register = template.Library()
 
 
@@ -42,3 +44,12 @@ def slug(value: str) -> str:
 @register.filter
 def get(mapping: dict[Any, Any], key: Any) -> Any:
     return mapping.get(key)
+
+
+@register.filter
+def reference(task: Any) -> str:
+    """What a task is about, as its kind declares (``INV-2291``; ``INV-1 +2`` for a batch)."""
+    found = references_of(task.kind, task.refs if isinstance(task.refs, dict) else {})
+    if not found:
+        return ""
+    return found[0] + (f" +{len(found) - 1}" if len(found) > 1 else "")

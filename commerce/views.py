@@ -8,7 +8,7 @@ from django.utils.log import log_response
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agentops.webhooks import (
+from commerce.webhooks import (
     MAX_BODY_BYTES,
     WebhookRejected,
     WebhookTooLarge,

@@ -17,10 +17,10 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 from django_htmx.http import HttpResponseStopPolling
 
-from agentops.customers.links import invoice_of
-from agentops.customers.selectors import PaymentState, payment_of
-from agentops.customers.services import CUSTOMER, PaymentRefused, RetryThrottled, payment_retry
 from agentops.http import HtmxHttpRequest
+from commerce.customers.links import invoice_of
+from commerce.customers.selectors import PaymentState, payment_of
+from commerce.customers.services import CUSTOMER, PaymentRefused, RetryThrottled, payment_retry
 
 log = logging.getLogger(__name__)
 

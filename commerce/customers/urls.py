@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from agentops.customers import views
+from commerce.customers import views
 
 app_name = "customers"
 

@@ -34,15 +34,21 @@ import stripe
 from django.conf import settings
 from django.db import connection, transaction
 
-from agentops.models import WebhookEvent
-from agentops.runner import task_ring
-from agentops.tools.payments import KEY_FIELD, intent_outcome, refund_outcome
-from journal.entries import entries_add, entry
-from journal.keys import same_object
-from journal.models import EntryKind, Step
-from journal.outcomes import Outcome, StepState
-from journal.selectors import step_by_key
-from journal.settle import step_conflict, step_settle
+from agentops.effects import (
+    EntryKind,
+    Outcome,
+    Step,
+    StepState,
+    entries_add,
+    entry,
+    same_object,
+    step_by_key,
+    step_conflict,
+    step_settle,
+    task_ring,
+)
+from agentops.effects import ProviderEvent as WebhookEvent
+from commerce.tools.payments import KEY_FIELD, intent_outcome, refund_outcome
 
 # How far a signature's timestamp may be from now, in the past or in the future.
 TOLERANCE_SECONDS = 300

@@ -12,10 +12,8 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from agentops.customers.selectors import PaymentState, payment_of
-from agentops.runner import task_start
-from journal.entries import entries_add, entry
-from journal.models import EntryKind, Task
+from agentops.effects import EntryKind, Task, entries_add, entry, task_start
+from commerce.customers.selectors import PaymentState, payment_of
 
 # Who a retry from the payment page is recorded as: the link is a bearer token, and whoever
 # holds it is, to us, the customer. An operator's retry carries their username instead.

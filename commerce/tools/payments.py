@@ -15,8 +15,17 @@ from typing import Any
 import stripe
 from django.conf import settings
 
-from agentops.tools.base import NO_CONTROL, SchemaTool, http_session, observe_exception
-from journal.outcomes import Interrupted, Observation, Outcome, Reply
+from agentops.effects import (
+    NO_CONTROL,
+    Interrupted,
+    Money,
+    Observation,
+    Outcome,
+    Reply,
+    Tool,
+    http_session,
+    observe_exception,
+)
 
 KEY_FIELD = "agentops_key"
 # How far back a list-based lookup scans when search has not caught up yet.
@@ -95,7 +104,7 @@ def _find_by_key(objects: Iterable[Any], key: str) -> dict[str, Any] | None:
     return None
 
 
-class ChargeCustomer(SchemaTool):
+class ChargeCustomer(Tool):
     name = "charge_customer"
     description = (
         "Charge a customer for an invoice, once. Amount in integer minor units (4900 = 49.00)."
@@ -113,12 +122,14 @@ class ChargeCustomer(SchemaTool):
         "required": ["invoice", "amount", "currency", "payment_method"],
         "additionalProperties": False,
     }
-    evidence = ("payment_intent", "charge")
+    # A succeeded PaymentIntent proves the payment; its charge id (latest_charge) is kept
+    # when the answer has it, but older API versions' webhooks may not.
+    evidence = ("payment_intent",)
+    also_searchable = ("charge",)
     compensation = "refund_charge"
-
-    def __init__(self) -> None:
-        self.key_lifetime = timedelta(seconds=settings.STRIPE_KEY_LIFETIME_SECONDS)
-        self.lookup_lag = timedelta(seconds=settings.STRIPE_SEARCH_LAG_SECONDS)
+    money = Money(amount="amount", currency="currency")
+    key_lifetime_setting = "STRIPE_KEY_LIFETIME_SECONDS"
+    lookup_lag_setting = "STRIPE_SEARCH_LAG_SECONDS"
 
     def guard(self, args: Mapping[str, Any]) -> str | None:
         return f"charge:{args['invoice']}"
@@ -199,7 +210,7 @@ def _scan(fetch: Any, key: str) -> dict[str, Any] | None:
     return None
 
 
-class RefundCharge(SchemaTool):
+class RefundCharge(Tool):
     name = "refund_charge"
     description = (
         "Refund a payment this task made, all of it (an amount, if given, must be the whole "
@@ -217,9 +228,7 @@ class RefundCharge(SchemaTool):
     }
 
     evidence = ("refund",)
-
-    def __init__(self) -> None:
-        self.key_lifetime = timedelta(seconds=settings.STRIPE_KEY_LIFETIME_SECONDS)
+    key_lifetime_setting = "STRIPE_KEY_LIFETIME_SECONDS"
 
     def guard(self, args: Mapping[str, Any]) -> str | None:
         return f"refund:{args['payment_intent']}"

@@ -8,12 +8,17 @@ from enum import StrEnum
 
 from django.db.models import Q
 
+from agentops.effects import (
+    FINAL,
+    GUARD_REFUSALS,
+    LIVE_STATES,
+    Step,
+    StepState,
+    Task,
+    UnsafeName,
+    object_key,
+)
 from agentops.money import money_text
-from journal.keys import UnsafeName, object_key
-from journal.models import Step, Task
-from journal.outcomes import LIVE_STATES, StepState
-from journal.protocols import GUARD_REFUSALS
-from journal.status import FINAL
 
 
 class PaymentState(StrEnum):

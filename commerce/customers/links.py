@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core import signing
 from django.urls import reverse
 
-SALT = "agentops.customers.payment"
+SALT = "commerce.customers.payment"
 
 
 def payment_token(invoice: str) -> str:

@@ -11,13 +11,9 @@ sent once however its subject is worded, across tasks and retries.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
-
-from agentops.tools.base import NO_CONTROL, SchemaTool, http_call
-from journal.outcomes import Observation, Outcome, Reply
+from agentops.effects import NO_CONTROL, HttpTool
 
 # A message's purposes, as the model is told them.
 PURPOSES = {
@@ -41,7 +37,7 @@ def purpose_label(args: Mapping[str, Any]) -> str:
     return f"{purpose} {args['reminder']}" if purpose == "reminder" else purpose
 
 
-class SendEmail(SchemaTool):
+class SendEmail(HttpTool):
     name = "send_email"
     description = "Send an email to a customer (cannot be taken back)."
     schema = {
@@ -75,9 +71,14 @@ class SendEmail(SchemaTool):
 
     irreversible = True  # a message read cannot be unread: sagas send it last
     evidence = ("message",)  # the provider's id for the message it accepted
-
-    def __init__(self) -> None:
-        self.key_lifetime = timedelta(seconds=settings.MAIL_KEY_LIFETIME_SECONDS)
+    evidence_fields = {"message": "id"}
+    keep = ("message_id",)
+    base_setting = "MAIL_API_BASE"
+    api_key_setting = "MAIL_API_KEY"
+    key_lifetime_setting = "MAIL_KEY_LIFETIME_SECONDS"
+    path = "/v1/messages"
+    # Found again by its Message-ID, which carries the step's key.
+    lookup_path = "/v1/messages"
 
     def validate(self, args: Mapping[str, Any]) -> list[str]:
         problems = super().validate(args)
@@ -93,45 +94,23 @@ class SendEmail(SchemaTool):
     def once(self, args: Mapping[str, Any]) -> bool:
         return args["purpose"] in ONCE_PURPOSES
 
-    def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
-        seen = http_call(
-            "POST",
-            f"{settings.MAIL_API_BASE}/v1/messages",
-            key=key,
-            timeout=self.timeout,
-            api_key=settings.MAIL_API_KEY,
-            json={
-                "to": args["to"],
-                "subject": args["subject"],
-                "body": args["body"],
-                "message_id": message_id(key),
-                # What the message is about, on the message itself: whoever reads the
-                # provider's records (a person, the chaos run's audit) sees which reminder of
-                # which invoice it was, whatever its subject says.
-                "headers": {
-                    "X-Agentops-Reference": args["reference"],
-                    "X-Agentops-Purpose": purpose_label(args),
-                },
+    def body(self, args: Mapping[str, Any], *, key: str) -> dict[str, Any]:
+        return {
+            "to": args["to"],
+            "subject": args["subject"],
+            "body": args["body"],
+            "message_id": message_id(key),
+            # What the message is about, on the message itself: whoever reads the provider's
+            # records (a person, the chaos run's audit) sees which reminder of which invoice
+            # it was, whatever its subject says.
+            "headers": {
+                "X-Agentops-Reference": args["reference"],
+                "X-Agentops-Purpose": purpose_label(args),
             },
-        )
-        if isinstance(seen, Reply) and seen.status < 300:
-            return Reply(seen.status, evidence=_evidence(seen.evidence))
-        return seen
+        }
 
-    def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
-        seen = http_call(
-            "GET",
-            f"{settings.MAIL_API_BASE}/v1/messages",
-            key=None,
-            timeout=self.timeout,
-            api_key=settings.MAIL_API_KEY,
-            params={"message_id": message_id(key)},
-        )
-        if not isinstance(seen, Reply) or seen.status >= 300:
-            raise LookupError(f"the mail provider could not be asked: {seen}")
-        found = [m for m in seen.evidence.get("data", []) if m.get("message_id") == message_id(key)]
-        return Outcome.done(_evidence(found[0])) if found else None
+    def lookup_query(self, args: Mapping[str, Any], *, key: str) -> dict[str, Any]:
+        return {"message_id": message_id(key)}
 
-
-def _evidence(message: Mapping[str, Any]) -> dict[str, Any]:
-    return {"message": message.get("id"), "message_id": message.get("message_id")}
+    def matches(self, found: Mapping[str, Any], *, key: str) -> bool:
+        return found.get("message_id") == message_id(key)

@@ -1,0 +1,160 @@
+"""The extension API: what your Django app imports to give agentops its tools, its task kinds,
+their playbooks and the stand-in providers to test them against (docs/design.md §15).
+
+Put an ``effects.py`` in your app (it is found the way ``admin.py`` is) and declare::
+
+    from agentops import effects
+
+    @effects.register_tool
+    class IssueRefund(effects.HttpTool):
+        name = "issue_refund"
+        ...
+
+    effects.register_kind(effects.Kind(name="goodwill", ...))
+
+Everything a tool or kind declares exists to prevent one failure; :class:`Tool` and
+:class:`Kind` say which. ``manage.py check`` refuses a misdeclared tool or kind at start-up.
+This module is the whole public surface: agentops' own shipped kinds (``commerce``) and the
+example (``examples/support``) use nothing else.
+"""
+
+from __future__ import annotations
+
+from agentops.effects._checks import declarations
+from agentops.effects._http import http_call, http_session, observe_exception
+from agentops.effects._http_tool import HttpTool
+from agentops.effects._journal import (
+    FINAL,
+    GUARD_REFUSALS,
+    LIVE_STATES,
+    EntryKind,
+    ProviderEvent,
+    Refusal,
+    Step,
+    StepState,
+    Task,
+    UnsafeName,
+    entries_add,
+    entry,
+    object_key,
+    same_object,
+    step_by_key,
+    step_conflict,
+    step_settle,
+    task_ring,
+    task_start,
+)
+from agentops.effects._kind import (
+    Bind,
+    Check,
+    Kind,
+    KindRules,
+    OneOf,
+    Own,
+    Ref,
+    Row,
+    Saga,
+    TaskRefused,
+    money_committed,
+    plan_problems,
+    refs_object,
+    task_problems,
+)
+from agentops.effects._registry import (
+    ActionRefused,
+    Sandbox,
+    TaskAction,
+    TaskLink,
+    UnknownKind,
+    autodiscover,
+    kind_get,
+    kinds,
+    register_action,
+    register_kind,
+    register_link,
+    register_playbook,
+    register_sandbox,
+    register_tool,
+    register_urls,
+    registry,
+    tools,
+)
+from agentops.effects._schema import FORMATS, NO_CONTROL, StrictValidator, schema_problems
+from agentops.effects._tool import Money, Tool
+from journal.outcomes import Interrupted, NotSent, Observation, Outcome, Reply
+from journal.protocols import Call, CostClass, Decision, Finish, StepFact, TaskFacts
+
+__all__ = [
+    "ActionRefused",
+    "FINAL",
+    "FORMATS",
+    "GUARD_REFUSALS",
+    "LIVE_STATES",
+    "EntryKind",
+    "ProviderEvent",
+    "Refusal",
+    "Step",
+    "StepState",
+    "Task",
+    "UnsafeName",
+    "entries_add",
+    "entry",
+    "object_key",
+    "same_object",
+    "step_by_key",
+    "step_conflict",
+    "step_settle",
+    "task_ring",
+    "task_start",
+    "NO_CONTROL",
+    "Bind",
+    "Call",
+    "Check",
+    "CostClass",
+    "Decision",
+    "Finish",
+    "HttpTool",
+    "Interrupted",
+    "Kind",
+    "KindRules",
+    "Money",
+    "NotSent",
+    "Observation",
+    "OneOf",
+    "Outcome",
+    "Own",
+    "Ref",
+    "Reply",
+    "Row",
+    "Saga",
+    "Sandbox",
+    "StepFact",
+    "StrictValidator",
+    "TaskAction",
+    "TaskFacts",
+    "TaskLink",
+    "TaskRefused",
+    "Tool",
+    "UnknownKind",
+    "autodiscover",
+    "declarations",
+    "http_call",
+    "http_session",
+    "kind_get",
+    "kinds",
+    "money_committed",
+    "observe_exception",
+    "plan_problems",
+    "refs_object",
+    "register_action",
+    "register_kind",
+    "register_link",
+    "register_playbook",
+    "register_sandbox",
+    "register_tool",
+    "register_urls",
+    "registry",
+    "schema_problems",
+    "task_problems",
+    "tools",
+]

@@ -1,0 +1,152 @@
+"""Start-up checks of what the installed apps declare (``manage.py check``): a misdeclared
+tool or kind is refused with a sentence before any task runs into it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
+
+from agentops.effects._registry import registry, tools
+from agentops.effects._tool import Tool
+from journal.protocols import CostClass
+
+
+def _error(text: str, hint: str, code: int) -> Error:
+    return Error(text, hint=hint, id=f"agentops.E1{code:02d}")
+
+
+def tool_problems(tool: Tool, known: set[str]) -> list[CheckMessage]:
+    """What is wrong with one tool's declaration, each a sentence."""
+    out: list[CheckMessage] = []
+    name = getattr(tool, "name", "") or type(tool).__name__
+    if not getattr(tool, "description", ""):
+        out.append(_error(f"tool {name}: no description", "Say what it does, for the model.", 1))
+    schema = getattr(tool, "schema", None)
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        out.append(_error(f"tool {name}: its schema is not a JSON object schema", "", 2))
+        schema = {}
+    effect = tool.cost in (CostClass.CHEAP, CostClass.FULL)
+    if tool.cost == CostClass.FULL and not tool.looks_up:
+        out.append(
+            _error(
+                f"tool {name} is FULL but cannot look its effects up: a call whose reply was "
+                "lost could never be settled",
+                "Implement lookup() (or give an HttpTool a lookup_path), or declare it CHEAP.",
+                3,
+            )
+        )
+    if effect and not tool.evidence:
+        out.append(
+            _error(
+                f"tool {name} names no evidence: a 200 with nothing in it would count as done",
+                "Set evidence to the fields of the provider's answer that prove the effect.",
+                4,
+            )
+        )
+    if effect:
+        call = timedelta(seconds=tool.timeout * tool.requests_per_call)
+        trusted = tool.key_lifetime * 0.9
+        if trusted <= call:
+            out.append(
+                _error(
+                    f"tool {name}: its provider keeps keys {tool.key_lifetime}, not longer than "
+                    f"one call may take ({call}): the key could die before its own reply, "
+                    "and no retry could ever use it",
+                    "Check the provider's key lifetime, or lower the tool's timeout.",
+                    5,
+                )
+            )
+        else:
+            first = min([*settings.RECONCILE_SCHEDULE, *settings.TRANSIENT_RETRY_SCHEDULE])
+            if first and trusted <= timedelta(seconds=first):
+                out.append(
+                    Warning(
+                        f"tool {name}: its provider keeps keys {tool.key_lifetime}, not longer "
+                        f"than the first wait before a retry ({first:g} s): an unknown step is "
+                        "only ever looked up, never sent again with its key",
+                        hint="Check the provider's key lifetime, or shorten RECONCILE_SCHEDULE "
+                        "/ TRANSIENT_RETRY_SCHEDULE.",
+                        id="agentops.W105",
+                    )
+                )
+    if tool.cost == CostClass.READ and (tool.compensation or tool.irreversible):
+        out.append(_error(f"tool {name} is a READ: it has nothing to undo", "", 6))
+    if tool.compensation is not None and tool.compensation not in known:
+        out.append(
+            _error(f"tool {name}: its undo {tool.compensation!r} is not a declared tool", "", 7)
+        )
+    if tool.compensation is not None and type(tool).undo_args is Tool.undo_args:
+        out.append(
+            _error(
+                f"tool {name} names an undo but not how its evidence becomes the undo's arguments",
+                "Implement undo_args(args, evidence): code, never a model, decides it.",
+                8,
+            )
+        )
+    if tool.compensation is not None and tool.irreversible:
+        out.append(_error(f"tool {name} has an undo and says it is irreversible", "", 9))
+    if tool.money is not None:
+        props = schema.get("properties", {})
+        missing = [a for a in (tool.money.amount, tool.money.currency) if a not in props]
+        if missing:
+            out.append(
+                _error(f"tool {name}: its money arguments {missing} are not in its schema", "", 10)
+            )
+    return out
+
+
+def kind_problems(known: dict[str, Tool]) -> list[Error]:
+    out: list[Error] = []
+    for kind in registry.kinds.values():
+        unknown = sorted(t for t in kind.tools if t not in known)
+        if unknown:
+            out.append(_error(f"kind {kind.name}: tools {unknown} are not declared", "", 11))
+        money = sorted(t for t in kind.tools if t in known and known[t].money is not None)
+        if money and not kind.money_caps:
+            out.append(
+                _error(
+                    f"kind {kind.name} uses {money}, which move money, and caps none",
+                    "Give it money_caps: minor units a task may move, per currency.",
+                    12,
+                )
+            )
+        if kind.saga is not None:
+            for step in kind.saga.steps:
+                tool = known.get(step)
+                if tool is None:
+                    out.append(_error(f"kind {kind.name}: saga step {step} is unknown", "", 13))
+                elif tool.compensation is None and not tool.irreversible:
+                    out.append(
+                        _error(
+                            f"kind {kind.name}: saga step {step} has no undo and is not "
+                            "irreversible: it cannot be placed without a person",
+                            "Give the tool a compensation, or mark it irreversible.",
+                            14,
+                        )
+                    )
+        if kind.name not in registry.playbooks and settings.PLANNER == "scripted":
+            out.append(
+                _error(
+                    f"kind {kind.name} has no playbook, and PLANNER is scripted: its tasks "
+                    "could never be decided",
+                    "register_playbook(kind) in its app, or use a model planner.",
+                    15,
+                )
+            )
+    return out
+
+
+def declarations(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every declared tool and kind, checked; the registry's own refusals first."""
+    out: list[CheckMessage] = [_error(p, "", 0) for p in registry.problems]
+    try:
+        known = tools()
+    except Exception as exc:  # a tool that cannot even be made
+        return [*out, _error(f"the tools cannot be made: {type(exc).__name__}: {exc}", "", 16)]
+    for tool in known.values():
+        out.extend(tool_problems(tool, set(known)))
+    out.extend(kind_problems(known))
+    return out

@@ -1,0 +1,107 @@
+"""Honest HTTP: a provider's answer as what the call saw (docs/design.md §2).
+
+A request that provably never left is ``NotSent``; anything after a byte may have left is
+``Interrupted``; an answer is a ``Reply`` with its status, body and error code.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping
+from typing import Any
+
+import requests
+from urllib3.exceptions import NewConnectionError
+
+from journal.outcomes import Interrupted, NotSent, Observation, Reply
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The exception and everything it wraps: causes, contexts, and (as requests and urllib3
+    do) exceptions passed as arguments or kept as ``reason``."""
+    seen: list[BaseException] = []
+    todo = [exc]
+    while todo:
+        link = todo.pop(0)
+        if any(link is s for s in seen):
+            continue
+        seen.append(link)
+        wrapped = [link.__cause__, link.__context__, getattr(link, "reason", None), *link.args]
+        todo.extend(w for w in wrapped if isinstance(w, BaseException))
+    return seen
+
+
+def observe_exception(exc: BaseException) -> NotSent | Interrupted:
+    """Classify a transport failure: did any byte of the request leave?
+
+    Only a refused connection, an unresolved name, a connect timeout (no TCP connection, so
+    no request) or a certificate that does not verify (the handshake stops before a byte of
+    the request) proves the request was never sent. A reset, a read timeout or anything
+    else may follow a request the provider received.
+    """
+    message = str(exc)[:500]
+    for link in _causes(exc):
+        if isinstance(
+            link,
+            requests.ConnectTimeout
+            | NewConnectionError
+            | ConnectionRefusedError
+            | ssl.SSLCertVerificationError,
+        ):
+            return NotSent(type(link).__name__, message)
+    for link in _causes(exc):
+        if isinstance(link, requests.ReadTimeout | ConnectionResetError | TimeoutError):
+            return Interrupted(type(link).__name__, message)
+    return Interrupted(type(exc).__name__, message)
+
+
+_sessions: dict[int, requests.Session] = {}
+
+
+def http_session() -> requests.Session:
+    """This process's HTTP session for providers: its connection pools and settings are
+    made once, not per call (a provider that keeps connections alive keeps them)."""
+    session = _sessions.get(os.getpid())
+    if session is None:
+        session = _sessions[os.getpid()] = requests.Session()
+    return session
+
+
+def http_call(
+    method: str,
+    url: str,
+    *,
+    key: str | None,
+    timeout: float,
+    json: Mapping[str, Any] | None = None,
+    params: Mapping[str, Any] | None = None,
+    api_key: str = "",
+    key_header: str = "Idempotency-Key",
+) -> Observation:
+    """One HTTP request to a JSON provider, reported as what it saw. ``key`` goes in
+    ``key_header``; a JSON body that is not an object is kept under ``data``."""
+    headers = {"Accept": "application/json"}
+    if key is not None:
+        headers[key_header] = key
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    try:
+        response = http_session().request(
+            method, url, json=json, params=params, headers=headers, timeout=timeout
+        )
+    except requests.RequestException as exc:
+        return observe_exception(exc)
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    body = body if isinstance(body, dict) else {"data": body}
+    raw_error = body.get("error")
+    error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
+    return Reply(
+        response.status_code,
+        evidence=body if response.ok else {},
+        code=str(error.get("code") or error.get("type") or ""),
+        message=str(error.get("message") or ""),
+    )

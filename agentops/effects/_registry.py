@@ -1,0 +1,175 @@
+"""What the installed apps declare: their tools, kinds, playbooks, sandbox providers, pages
+and task actions — found the Django way (each app's ``effects`` module, like ``admin``).
+
+A Django app gives agentops its own tools and kinds by having an ``effects.py`` that calls
+the ``register_*`` functions (``agentops.effects``). ``agentops``' app config imports every
+installed app's ``effects`` module when Django starts (``autodiscover``); nothing in the
+core names an app's tools, kinds or providers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils.module_loading import autodiscover_modules
+
+from agentops.effects._kind import Kind
+from agentops.effects._tool import Tool
+from journal.protocols import Decision, TaskFacts
+
+Playbook = Callable[[TaskFacts], Decision]
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """A stand-in provider an app brings, which ``make run`` starts unless the user points
+    the app at the real one.
+
+    ``module`` is run as ``python -m <module> --port <port> <args>``, on ``port`` (or the
+    port in the environment variable ``port_setting``); ``unless`` is the setting whose
+    presence means the real provider is configured, and then nothing is started.
+    ``settings`` are what the app is given to reach it, ``defaults`` what it is given only
+    if the user did not say. In ``args``, ``settings`` and ``defaults``, ``{url}`` is the
+    sandbox's address, ``{web}`` the app's, and ``{secret}`` a secret made for the run,
+    also given to the sandbox as ``SANDBOX_WEBHOOK_SECRET`` (to sign what it posts back)."""
+
+    name: str
+    module: str
+    port: int
+    unless: str
+    settings: Mapping[str, str] = field(default_factory=dict)
+    defaults: Mapping[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    port_setting: str = ""
+
+
+class ActionRefused(Exception):
+    """A task action that is not done now: ``str()`` is the sentence the person is shown."""
+
+
+@dataclass(frozen=True)
+class TaskAction:
+    """A button on a task's page that an app adds (its own permission, a question to confirm,
+    a reason asked for): ``available(task)`` says whether to offer it; ``perform(task=,
+    actor=, reason=)`` does it, through the app's own service, and returns the task to show
+    next (or ``None`` for this one), or raises :class:`ActionRefused` with a sentence."""
+
+    name: str
+    label: str
+    permission: str
+    question: str
+    available: Callable[[Any], bool]
+    perform: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class TaskLink:
+    """A link a task's page shows (a customer's page for its payment)."""
+
+    label: str
+    url: Callable[[Any], str | None]
+
+
+@dataclass
+class Registry:
+    tools: dict[str, Callable[[], Tool]] = field(default_factory=dict)
+    kinds: dict[str, Kind] = field(default_factory=dict)
+    playbooks: dict[str, Playbook] = field(default_factory=dict)
+    sandboxes: dict[str, Sandbox] = field(default_factory=dict)
+    urls: list[tuple[str, str]] = field(default_factory=list)
+    actions: dict[str, TaskAction] = field(default_factory=dict)
+    links: list[TaskLink] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """Declarations refused as they were made (a name twice): the start-up checks say so."""
+
+
+registry = Registry()
+
+
+def _once(table: Mapping[str, Any], name: str, what: str) -> None:
+    if name in table:
+        registry.problems.append(f"{what} {name!r} is declared twice")
+
+
+def register_tool(factory: Callable[[], Tool]) -> Callable[[], Tool]:
+    """Declare a tool (its class, or any callable that makes one: it is made fresh for every
+    run, so settings changed since count). Usable as a class decorator."""
+    name = getattr(factory, "name", None) or factory().name
+    _once(registry.tools, name, "tool")
+    registry.tools[name] = factory
+    return factory
+
+
+def register_kind(kind: Kind) -> Kind:
+    _once(registry.kinds, kind.name, "kind")
+    registry.kinds[kind.name] = kind
+    return kind
+
+
+def register_playbook(kind: str) -> Callable[[Playbook], Playbook]:
+    """Declare how the scripted planner (``PLANNER=scripted``: demos and tests) decides for a
+    kind. A decorator."""
+
+    def declare(playbook: Playbook) -> Playbook:
+        _once(registry.playbooks, kind, "playbook for kind")
+        registry.playbooks[kind] = playbook
+        return playbook
+
+    return declare
+
+
+def register_sandbox(sandbox: Sandbox) -> Sandbox:
+    _once(registry.sandboxes, sandbox.name, "sandbox")
+    registry.sandboxes[sandbox.name] = sandbox
+    return sandbox
+
+
+def register_urls(prefix: str, urlconf: str) -> None:
+    """Pages an app serves (a customer's page, a provider's webhook), under ``prefix``."""
+    registry.urls.append((prefix, urlconf))
+
+
+def register_action(action: TaskAction) -> TaskAction:
+    _once(registry.actions, action.name, "task action")
+    registry.actions[action.name] = action
+    return action
+
+
+def register_link(link: TaskLink) -> TaskLink:
+    registry.links.append(link)
+    return link
+
+
+def autodiscover() -> None:
+    """Import every installed app's ``effects`` module (called once, when Django starts)."""
+    autodiscover_modules("effects")
+
+
+# --- What the core reads ---------------------------------------------------------------------
+
+
+class UnknownKind(ValueError):
+    pass
+
+
+def tools() -> dict[str, Tool]:
+    """Every declared tool, made fresh (so settings changed since, e.g. in tests, count)."""
+    made = {}
+    for name, factory in registry.tools.items():
+        tool = factory()
+        made[name] = tool
+    return made
+
+
+def kinds() -> dict[str, Kind]:
+    return dict(registry.kinds)
+
+
+def kind_get(name: str) -> Kind:
+    try:
+        return registry.kinds[name]
+    except KeyError:
+        known = ", ".join(sorted(registry.kinds)) or "none"
+        raise UnknownKind(f"unknown task kind {name!r} (known: {known})") from None

@@ -1,0 +1,203 @@
+"""The shipped task kinds: renewals, trips, reminders (docs/design.md §6, §7).
+
+Each says what a task of it is for — its references, the tools it may use and how their
+arguments bind to the references, the money it may move, its saga — through
+``agentops.effects.Kind``, as any app's kinds do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agentops.effects import (
+    NO_CONTROL,
+    Bind,
+    Kind,
+    OneOf,
+    Own,
+    Ref,
+    Row,
+    Saga,
+    UnsafeName,
+    object_key,
+    refs_object,
+)
+from agentops.money import money_text
+from commerce.tools.email import EMAIL_PATTERN
+
+# Anchored patterns let one trailing newline through ($ matches before it): NO_CONTROL too.
+INVOICE = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._/-]{0,63}$", **NO_CONTROL}
+EMAIL = {"type": "string", "maxLength": 254, "pattern": EMAIL_PATTERN, **NO_CONTROL}
+CURRENCIES = ("usd", "eur", "gbp")
+CURRENCY = {"enum": list(CURRENCIES)}
+AMOUNT = {"type": "integer", "minimum": 1, "description": "in minor units (4900 = 49.00)"}
+PAYMENT_METHOD = {"type": "string", "pattern": "^pm_[A-Za-z0-9_]{1,100}$", **NO_CONTROL}
+CUSTOMER = {"type": "string", "pattern": "^cus_[A-Za-z0-9]{1,100}$", **NO_CONTROL}
+NAME = {"type": "string", "minLength": 1, "maxLength": 200, **NO_CONTROL}
+DATE = {"type": "string", "format": "date"}
+FLIGHT = {"type": "string", "pattern": "^[A-Z0-9]{2,8}$", **NO_CONTROL}
+
+DEFAULT_CURRENCY = "usd"
+DEFAULT_PAYMENT_METHOD = "pm_card_visa"
+
+PAYMENT_REFS = {
+    "invoice": INVOICE,
+    "amount": AMOUNT,
+    "currency": CURRENCY,
+    "email": EMAIL,
+    "payment_method": PAYMENT_METHOD,
+    "customer": CUSTOMER,
+}
+
+
+CHARGE_BINDS: tuple[Bind, ...] = (
+    Ref("invoice", "invoice"),
+    Ref("amount", "amount"),
+    Ref("currency", "currency", DEFAULT_CURRENCY),
+    Ref("payment_method", "payment_method", DEFAULT_PAYMENT_METHOD),
+    Ref("customer", "customer", None),
+)
+
+
+def _amount_within_cap(caps: Mapping[str, int]) -> Callable[[Mapping[str, Any]], list[str]]:
+    def check(refs: Mapping[str, Any]) -> list[str]:
+        currency = refs.get("currency", DEFAULT_CURRENCY)
+        cap = caps.get(currency, 0)
+        if isinstance(refs.get("amount"), int) and refs["amount"] > cap:
+            return [
+                f"amount: {refs['amount']} ({money_text(refs['amount'], currency)}) is over "
+                f"this kind's limit of {money_text(cap, currency)}"
+            ]
+        return []
+
+    return check
+
+
+def _stay_is_a_night_or_more(refs: Mapping[str, Any]) -> list[str]:
+    check_in, check_out = refs.get("check_in"), refs.get("check_out")
+    if isinstance(check_in, str) and isinstance(check_out, str) and check_out <= check_in:
+        return [f"check_out: {check_out} is not after check_in {check_in}"]
+    return []
+
+
+def _invoices_distinct(refs: Mapping[str, Any]) -> list[str]:
+    try:
+        names = [object_key(str(i.get("invoice"))) for i in refs.get("invoices") or []]
+    except UnsafeName:
+        return []  # said by _names_are_safe
+    return ["invoices: an invoice is listed twice"] if len(names) != len(set(names)) else []
+
+
+RENEWAL_CAPS = {"usd": 100_000, "eur": 100_000, "gbp": 100_000}
+TRIP_CAPS = {"usd": 500_000, "eur": 500_000, "gbp": 500_000}
+
+KINDS: tuple[Kind, ...] = (
+    Kind(
+        name="renewal",
+        description="Charge an invoice and email the receipt (or a notice if declined).",
+        refs_schema=refs_object(PAYMENT_REFS, ["invoice", "amount", "email"]),
+        binds={
+            "charge_customer": CHARGE_BINDS,
+            "send_email": (
+                Ref("to", "email"),
+                Ref("reference", "invoice"),
+                OneOf("purpose", ("receipt", "payment_failed")),
+            ),
+        },
+        money_caps=RENEWAL_CAPS,
+        max_steps=10,
+        refs_checks=(_amount_within_cap(RENEWAL_CAPS),),
+        references=("invoice",),
+    ),
+    Kind(
+        name="trip",
+        description="Hold a flight, book a hotel, charge the card, email the itinerary.",
+        refs_schema=refs_object(
+            {
+                **PAYMENT_REFS,
+                "flight": FLIGHT,
+                "traveller": NAME,
+                "hotel": NAME,
+                "check_in": DATE,
+                "check_out": DATE,
+            },
+            [
+                "invoice",
+                "amount",
+                "email",
+                "flight",
+                "traveller",
+                "hotel",
+                "check_in",
+                "check_out",
+            ],
+        ),
+        binds={
+            "hold_flight": (Ref("flight", "flight"), Ref("passenger", "traveller")),
+            "release_flight": (Own("hold", "hold_flight", "id"),),
+            "book_hotel": (
+                Ref("hotel", "hotel"),
+                Ref("guest", "traveller"),
+                Ref("check_in", "check_in"),
+                Ref("check_out", "check_out"),
+            ),
+            "cancel_hotel": (Own("booking", "book_hotel", "id"),),
+            "charge_customer": CHARGE_BINDS,
+            "refund_charge": (
+                Own("payment_intent", "charge_customer", "payment_intent", "amount"),
+            ),
+            "send_email": (
+                Ref("to", "email"),
+                Ref("reference", "invoice"),
+                OneOf("purpose", ("itinerary", "notice")),
+            ),
+        },
+        money_caps=TRIP_CAPS,
+        max_steps=20,
+        refs_checks=(_amount_within_cap(TRIP_CAPS), _stay_is_a_night_or_more),
+        references=("invoice", "traveller"),
+        saga=Saga(
+            steps=("hold_flight", "book_hotel", "charge_customer", "send_email"),
+            # Trips above 3,000.00 are approved by a person before the card is charged.
+            hold_over={"charge_customer": 300_000},
+            verify_before=frozenset({"charge_customer"}),
+        ),
+    ),
+    Kind(
+        name="reminders",
+        description="Email reminder N of each overdue invoice listed.",
+        refs_schema=refs_object(
+            {
+                "invoices": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 100,
+                    "items": refs_object(
+                        {
+                            "invoice": INVOICE,
+                            "email": EMAIL,
+                            "reminder": {"type": "integer", "minimum": 1, "maximum": 100},
+                        },
+                        ["invoice", "email"],
+                    ),
+                }
+            },
+            ["invoices"],
+        ),
+        binds={
+            "send_email": (
+                OneOf("purpose", ("reminder",)),
+                Row(
+                    "invoices",
+                    by=("reference", "invoice"),
+                    fields={"to": ("email", None), "reminder": ("reminder", 1)},
+                ),
+            ),
+        },
+        money_caps={},
+        max_steps=100,
+        refs_checks=(_invoices_distinct,),
+        references=("invoices.*.invoice",),
+    ),
+)

@@ -1,0 +1,1 @@
+"""The shipped tools: payments through Stripe, customer email, flight holds and hotels."""
