@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from typing import Any
 
-from agentops.planners.scripted import PLAYBOOKS, ScriptedPlanner
+from agentops.effects import registry
+from agentops.planners.scripted import ScriptedPlanner
 from journal.keys import KEY_PREFIX
 from journal.outcomes import StepState
 from journal.protocols import (
@@ -203,13 +204,13 @@ class Misbehaving:
         history = _history(facts) if facts.steps else History(frozenset(), frozenset())
         how = self._slip(facts, history)
         if how == FORGET:
-            return _marked(PLAYBOOKS[facts.kind](replace(facts, steps=[])), FORGET)
+            return _marked(registry.playbooks[facts.kind](replace(facts, steps=[])), FORGET)
         last = facts.steps[-1] if facts.steps else None
         if how in (REPHRASE, NEIGHBOUR) and last is not None and last.tool in PLANNED:
             change = rephrased if how == REPHRASE else neighbouring
             return Call(last.tool, change(last.args), raw={"chaos": how})
         slipped = history.slipped if history is not None else None
-        return _marked(PLAYBOOKS[facts.kind](corrected(facts, slipped)), "playbook")
+        return _marked(registry.playbooks[facts.kind](corrected(facts, slipped)), "playbook")
 
     def _slip(self, facts: TaskFacts, history: History | None) -> str | None:
         """How the model slips now, if it does: only after trouble with the last call (it

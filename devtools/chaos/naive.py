@@ -129,7 +129,9 @@ class NaiveLoop:
         self.refs: Mapping[str, Any] = spec["refs"]
         self.plan = [str(p["tool"]) for p in spec.get("plan") or []]
         self.tools, self.out, self.model = tools, out, model
-        self.rules = KindRules(kind_get(self.kind), self.refs, spec.get("plan") or ())
+        self.rules = KindRules(
+            kind_get(self.kind), self.refs, tool_registry(), spec.get("plan") or ()
+        )
         self.intents: list[dict[str, Any]] = []
         self.remembered = 0
         """The first intent the model still remembers (it forgets the ones before)."""
