@@ -86,23 +86,24 @@ def task_out(*, task_id: uuid.UUID) -> TaskOut:
 
 
 def tasks_by_ref(ref: str) -> QuerySet[Task]:
-    """Tasks about a business reference, newest first: the invoice in their refs (one
-    invoice, or a list of them), or the object one of their steps acted on — its whole name
-    (``charge:INV-2291``) or its last part (``INV-2291``), compared in the journal's normal
-    form."""
+    """Tasks about a business reference, newest first: what the operators' search finds (a
+    reference its kind declares, such as a renewal's invoice or each invoice of a reminders
+    batch; a provider's id in a step's evidence; a step's key; the task's id), or a task one
+    of whose steps acted on the object — its whole name (``charge:INV-2291``) or its last
+    part (``INV-2291``), compared in the journal's normal form."""
     ref = ref.strip()
     tasks = Task.objects.order_by("-created_at", "pk")
     if not ref:
         return tasks
     if len(ref) > REF_MAX_LENGTH or "\x00" in ref:
         return tasks.none()
-    about = Q(refs__invoice__iexact=ref) | Q(refs__invoices__contains=[{"invoice": ref}])
+    found = Q(pk__in=pages.tasks_matching(state="", q=ref).values("pk"))
     try:
         key = object_key(ref)
     except UnsafeName:
-        return tasks.filter(about)
+        return tasks.filter(found)
     acted_on = Step.objects.filter(Q(guard_key=key) | Q(guard_key__endswith=f":{key}"))
-    return tasks.filter(about | Q(pk__in=acted_on.values("task_id")))
+    return tasks.filter(found | Q(pk__in=acted_on.values("task_id")))
 
 
 def task_page_out(*, ref: str, page: int, per_page: int) -> TaskPageOut:

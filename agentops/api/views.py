@@ -10,6 +10,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
+from ninja.errors import ValidationError
 from ninja.params.functions import Header, Query
 
 from agentops.api import selectors
@@ -88,6 +89,19 @@ PROBLEMS: dict[int | str, Any] = {
     422: Problem,
     429: Problem,
 }
+
+
+@api.exception_handler(ValidationError)
+def invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    """A request the schemas refuse (nothing was done, nor stored for its Idempotency-Key):
+    422, each problem a sentence, as a refused task's are."""
+    problems = [
+        f"{'.'.join(str(p) for p in error.get('loc', ()))}: {error.get('msg', 'not valid')}"
+        for error in exc.errors
+    ]
+    return api.create_response(
+        request, {"detail": "the request is not valid", "problems": problems}, status=422
+    )
 
 
 @api.exception_handler(RateLimited)

@@ -373,7 +373,9 @@ def test_an_action_the_journal_refuses_is_409_with_its_sentence() -> None:
     assert nothing.status_code == 409 and "nothing to look up" in nothing.json()["detail"]
     missing = post(http, f"/api/v1/tasks/{uuid.uuid4()}/resume", {"reason": "try"})
     assert missing.status_code == 404
-    assert post(http, f"/api/v1/tasks/{task.pk}/resume", {}).status_code == 422  # no reason
+    no_reason = post(http, f"/api/v1/tasks/{task.pk}/resume", {})
+    assert no_reason.status_code == 422
+    assert no_reason.json()["problems"] == ["body.payload.reason: Field required"]
     assert not Entry.objects.filter(task=task, actor=f"api:{made.name}").exists()
 
 
