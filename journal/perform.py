@@ -75,8 +75,14 @@ def step_perform(
     observation = tool_call(tool, step.args, key=step.key)
     outcome = classify(observation, earlier_attempt=attempt > 1, evidence=tool.evidence)
     if step.cost == CostClass.READ and outcome.state == StepState.UNKNOWN:
-        # A read has no effect to be unsure about: its failure is a plain failure.
-        outcome = Outcome.not_done(f"the read did not complete: {outcome.detail}", **outcome.data)
+        # A read has no effect to be unsure about. One that did not complete (a timeout, a
+        # 500) is simply tried again, as reconciliation does for reads, while it has
+        # attempts left (policy.read_attempts); after that its failure is a plain failure.
+        flagged = outcome.data.get("bug") or outcome.data.get("misconfigured")
+        if flagged or attempt >= policy.read_attempts:
+            outcome = Outcome.not_done(
+                f"the read did not complete: {outcome.detail}", **outcome.data
+            )
     facts = _attempt_facts(attempt, observation, outcome)
     if outcome.state in SETTLED_STATES:
         # One entry says it all: the attempt ended so, and the step settled so.

@@ -14,7 +14,7 @@ from journal.leases import lease_acquire
 from journal.models import Entry, EntryKind, Step, Task
 from journal.perform import step_perform
 from journal.policy import Policy
-from journal.protocols import Call
+from journal.protocols import Call, CostClass
 from journal.record import step_record, task_create
 from journal.run import task_advance
 from journal.selectors import task_facts, task_open_step
@@ -220,3 +220,31 @@ def test_the_planner_sees_facts_from_the_journal() -> None:
     assert facts.steps[0].state == "not_done"
     assert facts.steps[0].result_text().startswith("status: not_done — charge for " + inv)
     assert "safe to decide again" in facts.steps[0].result_text()
+
+
+@pytest.mark.parametrize(
+    ("script", "state", "calls"),
+    [
+        (["timeout_before", "error_500_after", "ok"], "done", 3),
+        (["timeout_before"] * 4, "not_done", 3),
+    ],
+)
+def test_a_read_that_did_not_complete_is_tried_again_within_its_attempts_then_not_done(
+    script: list[str], state: str, calls: int
+) -> None:
+    """A read has no effect to be unsure about (§9): a timeout or a 500 is simply tried again,
+    up to ``read_attempts`` in all; then it is not done — never unknown, never a person."""
+    task = _new_task()
+    read = ChargeTool(Provider(), name="read", cost=CostClass.READ, script=script)
+    task_advance(
+        task_id=task.pk,
+        planner=ScriptedPlanner([Call("read", {"invoice": invoice(), "amount": 1})]),
+        tools={"read": read},
+        policy=Policy(lookup_schedule=(0.0, 0.0, 0.0), read_attempts=3),
+    )
+    step = Step.objects.get(task=task, n=1)
+    assert (step.state, step.attempts, len(read.calls)) == (state, calls, calls)
+    assert read.lookups == []  # a read is never looked up
+    if state == "not_done":
+        assert step.detail.startswith("the read did not complete")
+    assert Task.objects.get(pk=task.pk).status == "finished"
