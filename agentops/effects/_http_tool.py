@@ -15,6 +15,7 @@ from django.conf import settings
 from agentops.effects._http import http_call
 from agentops.effects._tool import Tool
 from journal.outcomes import Observation, Outcome, Reply
+from journal.protocols import CostClass
 
 
 class HttpTool(Tool):
@@ -81,14 +82,19 @@ class HttpTool(Tool):
         return str(getattr(settings, self.api_key_setting)) if self.api_key_setting else ""
 
     def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
+        # A GET sends its arguments as the query, and no body; a read has no effect to name,
+        # so it sends no key either (it is retried plainly, never looked up).
+        get = self.method == "GET"
+        sent = self.body(args, key=key)
         seen = http_call(
             self.method,
             self.url(self.path, args),
-            key=key,
+            key=None if self.cost == CostClass.READ else key,
             key_header=self.key_header,
             timeout=self.timeout,
             api_key=self._api_key(),
-            json=self.body(args, key=key),
+            json=None if get else sent,
+            params=(sent or None) if get else None,
         )
         if isinstance(seen, Reply) and seen.status < 300:
             return Reply(seen.status, evidence=self.evidence_of(seen.evidence))

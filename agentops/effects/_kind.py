@@ -21,7 +21,7 @@ from agentops.effects._tool import Tool
 from agentops.money import money_text
 from journal.keys import name_problem, same_object
 from journal.outcomes import StepState
-from journal.protocols import Bound, Refusal, Refused, StepFact, TaskFacts
+from journal.protocols import Bound, CostClass, Refusal, Refused, StepFact, TaskFacts
 
 GOAL_MAX_CHARS = 2000
 REFS_MAX_BYTES = 16 * 1024
@@ -369,6 +369,7 @@ class KindRules:
         undos = {t.compensation for t in self.tools.values()}
         if (
             known is not None
+            and known.cost != CostClass.READ  # a read acts on nothing: nothing to undo
             and known.compensation is None
             and not known.irreversible
             and tool not in undos  # an undo is bound to the effect it undoes (Own)
