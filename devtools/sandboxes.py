@@ -47,11 +47,13 @@ def sandbox_spawn(
     env: Mapping[str, str] = {},
     output: Path | int = subprocess.DEVNULL,
     client_timeout: float = 2.0,
+    module: str = "",
 ) -> SandboxHandle:
-    """Start ``sandbox.<name>`` on a free port (not waited for: see sandboxes_ready). `env`
-    is added to what it inherits of ours (a webhook secret)."""
+    """Start ``sandbox.<name>`` (or the provider ``module``, as an app declares it:
+    ``examples.support.sandbox``) on a free port (not waited for: see sandboxes_ready).
+    `env` is added to what it inherits of ours (a webhook secret)."""
     port = free_port()
-    argv = [sys.executable, "-m", f"sandbox.{name}", "--port", str(port), *args]
+    argv = [sys.executable, "-m", module or f"sandbox.{name}", "--port", str(port), *args]
     process = spawn(
         argv,
         env={**sandbox_environment(os.environ), **env},
@@ -76,8 +78,10 @@ def sandboxes_ready(*handles: SandboxHandle, timeout: float = STARTUP_SECONDS) -
         raise
 
 
-def sandbox_start(name: str, *args: str, output: Path | int = subprocess.DEVNULL) -> SandboxHandle:
-    handle = sandbox_spawn(name, *args, output=output)
+def sandbox_start(
+    name: str, *args: str, output: Path | int = subprocess.DEVNULL, module: str = ""
+) -> SandboxHandle:
+    handle = sandbox_spawn(name, *args, output=output, module=module)
     sandboxes_ready(handle)
     return handle
 
