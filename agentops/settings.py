@@ -86,6 +86,8 @@ INSTALLED_APPS = [
     "agentops.operators",
     # The shipped task kinds (renewals, trips, reminders), an app on the public API.
     "commerce",
+    # The example to copy (examples/support): support goodwill, on the public API alone.
+    "examples.support",
 ]
 # The development tools (devtools/: the chaos run, the benchmark) are not shipped; their
 # commands (`manage.py chaos`, `manage.py bench`) exist only where this is set, as the
@@ -263,6 +265,8 @@ MAIL_KEY_LIFETIME_SECONDS = _env_float("MAIL_KEY_LIFETIME_SECONDS", 24 * 3600.0)
 BOOKINGS_API_BASE = os.environ.get("BOOKINGS_API_BASE", "")
 BOOKINGS_API_KEY = os.environ.get("BOOKINGS_API_KEY", "")
 BOOKINGS_KEY_LIFETIME_SECONDS = _env_float("BOOKINGS_KEY_LIFETIME_SECONDS", 24 * 3600.0)
+SUPPORT_API_BASE = os.environ.get("SUPPORT_API_BASE", "")
+SUPPORT_KEY_LIFETIME_SECONDS = _env_float("SUPPORT_KEY_LIFETIME_SECONDS", 24 * 3600.0)
 
 # Planners (agentops/planners/): the model adapters. An empty *_BASE_URL means the vendor's
 # own API; set it to any compatible server (for OpenAI: vLLM, Ollama, a gateway, ...).

@@ -1,0 +1,1 @@
+"""Examples of apps built on agentops' public extension API (``agentops.effects``) alone."""
