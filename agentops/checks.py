@@ -15,10 +15,12 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from agentops.effects import declarations
+from agentops.effects import declarations, intent_checks
 
 # What the installed apps declare: each misdeclared tool or kind, refused with a sentence.
 register()(declarations)
+# And each intent served over MCP (agentops/mcp): its kind, effect and READ tools.
+register()(intent_checks)
 
 
 @register()

@@ -11,6 +11,7 @@ Put an ``effects.py`` in your app (it is found the way ``admin.py`` is) and decl
         ...
 
     effects.register_kind(effects.Kind(name="goodwill", ...))
+    effects.register_intent(effects.Intent(name="refund_order", ...))  # served over MCP
 
 Everything a tool or kind declares exists to prevent one failure; :class:`Tool` and
 :class:`Kind` say which. ``manage.py check`` refuses a misdeclared tool or kind at start-up.
@@ -23,6 +24,17 @@ from __future__ import annotations
 from agentops.effects._checks import declarations
 from agentops.effects._http import http_call, http_session, observe_exception
 from agentops.effects._http_tool import HttpTool
+from agentops.effects._intent import (
+    Intent,
+    IntentRefused,
+    RecordMissing,
+    Records,
+    RecordUnreadable,
+    intent_checks,
+    intent_get,
+    intents,
+    register_intent,
+)
 from agentops.effects._journal import (
     FINAL,
     GUARD_REFUSALS,
@@ -114,6 +126,15 @@ __all__ = [
     "Decision",
     "Finish",
     "HttpTool",
+    "Intent",
+    "IntentRefused",
+    "RecordMissing",
+    "RecordUnreadable",
+    "Records",
+    "intent_checks",
+    "intent_get",
+    "intents",
+    "register_intent",
     "Interrupted",
     "Kind",
     "KindRules",
