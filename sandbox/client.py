@@ -93,6 +93,12 @@ class SandboxClient:
     def reset(self) -> None:
         self._call("POST", "/_sandbox/reset", {})
 
+    def invoice(self, **fields: Any) -> JSON:
+        """Put an invoice in the payments sandbox's record: ``number``, ``amount_due``,
+        ``currency``, ``customer_email``, ``customer``, ``status`` (payments only)."""
+        made: JSON = self._call("POST", "/_sandbox/invoices", fields)
+        return made
+
     def deliveries(self) -> list[JSON]:
         """Webhook delivery attempts (payments only)."""
         result: list[JSON] = self._call("GET", "/_sandbox/deliveries")["data"]

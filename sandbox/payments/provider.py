@@ -11,6 +11,12 @@ from collections.abc import Callable
 
 from sandbox.payments.events import Webhooks, deliveries_list, event_retrieve, events_list
 from sandbox.payments.intents import intent_create, intent_retrieve, intents_list, intents_search
+from sandbox.payments.invoices import (
+    invoice_retrieve,
+    invoice_seed,
+    invoices_list,
+    invoices_search,
+)
 from sandbox.payments.params import int_param
 from sandbox.payments.refunds import (
     charge_retrieve,
@@ -36,7 +42,11 @@ ROUTES: tuple[tuple[str, str, PaymentsHandler, str | None], ...] = (
     ("GET", "/v1/charges/{id}", charge_retrieve, "charges.retrieve"),
     ("GET", "/v1/events", events_list, "events.list"),
     ("GET", "/v1/events/{id}", event_retrieve, "events.retrieve"),
+    ("GET", "/v1/invoices", invoices_list, "invoices.list"),
+    ("GET", "/v1/invoices/search", invoices_search, "invoices.search"),
+    ("GET", "/v1/invoices/{id}", invoice_retrieve, "invoices.retrieve"),
     ("GET", "/_sandbox/deliveries", deliveries_list, None),
+    ("POST", "/_sandbox/invoices", invoice_seed, None),
 )
 
 
@@ -72,6 +82,7 @@ class Payments(Provider):
         self.charges: dict[str, JSON] = {}
         self.refunds: dict[str, JSON] = {}
         self.events: list[JSON] = []
+        self.invoices: dict[str, JSON] = {}  # the system of record (invoices.py)
         self.order: dict[str, int] = {}  # creation sequence, for stable newest-first lists
         self.webhooks = Webhooks(self)
         for method, path, handler, operation in ROUTES:
@@ -109,6 +120,7 @@ class Payments(Provider):
         self.charges.clear()
         self.refunds.clear()
         self.events.clear()
+        self.invoices.clear()
         self.order.clear()
         self.webhooks.clear()
 

@@ -305,3 +305,28 @@ def test_refund_refused_when_not_succeeded(stripe_sandbox):
 def test_stripe_client_helper_uses_sandbox(payments_sandbox):
     client = stripe_client(payments_sandbox.url, timeout=2)
     assert client.v1.payment_intents.list(params={"limit": 1}).data is not None
+
+
+def test_invoices_are_a_record_to_read(stripe_sandbox, payments_sandbox):
+    """The system of record agents read amounts and recipients from (issue 18): seeded through
+    the admin API, read by the real ``stripe`` library's search and retrieve."""
+    number = unique("INV")
+    made = payments_sandbox.client.invoice(
+        number=number, amount_due=4900, currency="usd", customer_email="ada@example.com"
+    )
+    assert made["id"].startswith("in_") and made["status"] == "open"
+    found = stripe_sandbox.v1.invoices.search(params={"query": f"number:'{number}'"})
+    [invoice] = found.data
+    assert invoice.id == made["id"] and invoice.amount_due == 4900
+    assert invoice.customer_email == "ada@example.com" and invoice.number == number
+    assert stripe_sandbox.v1.invoices.retrieve(made["id"]).number == number
+    nothing = stripe_sandbox.v1.invoices.search(params={"query": "number:'INV-nowhere'"})
+    assert nothing.data == []
+    with pytest.raises(stripe.InvalidRequestError) as missing:
+        stripe_sandbox.v1.invoices.retrieve("in_nowhere")
+    assert error_of(missing).code == "resource_missing"
+    # One invoice per number; a bad one is refused.
+    with pytest.raises(Exception, match="exists already"):
+        payments_sandbox.client.invoice(number=number, amount_due=100)
+    with pytest.raises(Exception, match="amount_due"):
+        payments_sandbox.client.invoice(number=unique("INV"), amount_due=0)
