@@ -1,7 +1,7 @@
 """What the shipped kinds give agentops, through its public API (``agentops.effects``): their
-tools, kinds and playbooks, the sandbox providers that stand in for Stripe, a mail API and a
-bookings API, the customer's payment page and Stripe's webhook, and the task page's link to
-the customer's page and its "Retry payment" action."""
+tools, kinds, intents (served over MCP) and playbooks, the sandbox providers that stand in for
+Stripe, a mail API and a bookings API, the customer's payment page and Stripe's webhook, and
+the task page's link to the customer's page and its "Retry payment" action."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from commerce import playbooks
 from commerce.customers.links import payment_link
 from commerce.customers.selectors import PaymentState, payment_of
 from commerce.customers.services import PaymentRefused, payment_retry
+from commerce.intents import INTENTS
 from commerce.kinds import KINDS
 from commerce.tools.bookings import BookHotel, CancelHotel, HoldFlight, ReleaseFlight
 from commerce.tools.email import SendEmail
+from commerce.tools.invoices import LookUpInvoice
 from commerce.tools.payments import ChargeCustomer, RefundCharge
 
 for tool in (
@@ -25,11 +27,16 @@ for tool in (
     ReleaseFlight,
     BookHotel,
     CancelHotel,
+    LookUpInvoice,
 ):
     effects.register_tool(tool)
 
 for kind in KINDS:
     effects.register_kind(kind)
+
+# Served over MCP (manage.py mcp_server): "the charge for this invoice", "reminder N of it".
+for intent in INTENTS:
+    effects.register_intent(intent)
 
 effects.register_playbook("renewal")(playbooks.renewal)
 effects.register_playbook("trip")(playbooks.trip)
