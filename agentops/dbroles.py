@@ -148,6 +148,17 @@ APP_COLUMNS: dict[str, Columns] = {
         ),
         frozen=("id", "client_id", "key"),
     ),
+    # An intent asked for over MCP (agentops/mcp): what it is never changes; it is linked to
+    # the task that carries it, and to a new one only after the last ended with nothing done.
+    "agentops_intentkey": Columns(
+        updatable=("task_id", "attempts", "updated_at"),
+        frozen=("id", "key", "intent", "object", "args", "args_digest", "client_id", "created_at"),
+    ),
+    # A client's own key for an intent: inserted once, never changed.
+    "agentops_intentclientkey": Columns(
+        updatable=(),
+        frozen=("id", "client_id", "key", "intent_id", "args_digest", "created_at"),
+    ),
 }
 
 # Apps whose every table must be listed in APP_COLUMNS.

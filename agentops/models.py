@@ -38,6 +38,9 @@ class ApiScope(models.TextChoices):
     """POST …/approve and …/reject: decide a saga's step held for a person."""
     TASKS_OPERATE = "tasks:operate", "resume, cancel and reconcile tasks"
     """POST …/resume, …/cancel and …/reconcile: what an operator does to a task handed over."""
+    MCP = "mcp", "use agentops over MCP"
+    """The MCP server (agentops/mcp, ``manage.py mcp_server``): ask for the installed apps'
+    intents (each a task, as this client) and read what the journal knows of effects."""
 
 
 class ApiClient(models.Model):
@@ -118,3 +121,56 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.client_id}:{self.key} [{self.state}]"
+
+
+class IntentKey(models.Model):
+    """One business intent asked for over MCP, by its key (agentops/mcp/services.py).
+
+    The key is derived from the intent and the business object of its effect
+    (``charge_invoice:charge:inv-2291``, in the journal's normal form), never from a request:
+    every call for the same effect — repeated after a timeout, from another client, with the
+    invoice spelt otherwise — finds this row and the task it started, instead of acting again.
+    ``task`` is empty until a task is started, and moves to a new task only when the last one
+    ended without its effect ever happening (``attempts`` counts them).
+    """
+
+    key = models.CharField(max_length=255, unique=True)
+    intent = models.CharField(max_length=100)
+    object = models.CharField(max_length=255, help_text="The effect's business object.")
+    args = models.JSONField(default=dict, help_text="The first call's arguments, normalised.")
+    args_digest = models.CharField(max_length=64)
+    client = models.ForeignKey(
+        ApiClient, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    task = models.ForeignKey(
+        "journal.Task", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class IntentClientKey(models.Model):
+    """A client's own idempotency key for an intent (MCP's ``idempotencyKey``): another name
+    for the same intent, unique per client. The same key with other arguments is refused."""
+
+    client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, db_index=False)
+    key = models.CharField(max_length=255)
+    intent = models.ForeignKey(IntentKey, on_delete=models.PROTECT, related_name="client_keys")
+    args_digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["client", "key"], name="agentops_intent_client_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.client_id}:{self.key}"

@@ -336,6 +336,15 @@ API_RATE_LIMIT = int(os.environ.get("API_RATE_LIMIT", "120"))
 # within this gets that answer replayed; after it, the key starts afresh.
 API_IDEMPOTENCY_TTL_SECONDS = int(os.environ.get("API_IDEMPOTENCY_TTL_SECONDS", "86400"))
 
+# The MCP server (agentops/mcp, `manage.py mcp_server`). How long an intent's call waits for its
+# task to settle the effect before it answers with what is known (unknown, and being checked).
+MCP_WAIT_SECONDS = _env_float("MCP_WAIT_SECONDS", 10.0)
+# On stdio, the API client (with the `mcp` scope) every call is made as.
+MCP_CLIENT = os.environ.get("MCP_CLIENT", "")
+# Streamable HTTP: loopback unless said otherwise.
+MCP_HOST = os.environ.get("MCP_HOST", "127.0.0.1")
+MCP_PORT = int(os.environ.get("MCP_PORT", "8765"))
+
 # A client's X-Forwarded-Proto is believed only when an operator says a proxy is in front
 # (one that sets the header itself and drops what clients send). The gunicorn settings
 # (agentops/gunicorn_conf.py) read the same variable.

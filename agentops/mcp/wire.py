@@ -1,0 +1,338 @@
+"""The answer as MCP carries it (docs/design.md §8): ``structuredContent`` under each
+tool's ``outputSchema``, a text block a model cannot misread, and the tools' annotations, set
+from what each one declares.
+
+Three states, never two: ``unknown`` is never ``isError`` — it is the truth, and a model told
+"error" retries. Only a call that was itself wrong (arguments that do not fit, an idempotency
+key reused for another intent) is ``isError``, and it says that nothing was done.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import mcp_types as types
+
+from agentops.effects import Intent, Tool
+from agentops.mcp.selectors import Answer, Effect
+
+IDEMPOTENCY_KEY = "idempotencyKey"
+"""A client's own key for a call (the MCP proposal's field; also read from ``_meta``)."""
+
+REFUSALS = (
+    "client_refused",
+    "invalid_arguments",
+    "key_conflict",
+    "not_found",
+    "record_refused",
+    "record_unreadable",
+    "task_refused",
+    "unknown_reference",
+)
+ERRORS = frozenset({"client_refused", "invalid_arguments", "key_conflict"})
+
+_TEXT = {"type": ["string", "null"]}
+_TIME = {"type": ["string", "null"], "format": "date-time"}
+
+EFFECT_PROPERTIES: dict[str, Any] = {
+    "status": {
+        "enum": ["done", "not_done", "unknown"],
+        "description": "done: it happened (see evidence). not_done: it certainly did not. "
+        "unknown: it may have happened and is being checked; never read it as a failure, and "
+        "never try it another way meanwhile.",
+    },
+    "reason": {"type": "string", "description": "What happened, or why it is not known yet."},
+    "intent": _TEXT,
+    "tool": _TEXT,
+    "object": {**_TEXT, "description": "The business object of the effect (charge:INV-2291)."},
+    "reference": {
+        **_TEXT,
+        "description": "The effect's key in the journal: what is being checked, or what was "
+        "done (give it to check_effect).",
+    },
+    "task": {**_TEXT, "description": "The agentops task that carries the effect."},
+    "task_status": _TEXT,
+    "evidence": {
+        "type": "object",
+        "description": "The provider's ids proving the effect (done only).",
+    },
+    "at": {**_TIME, "description": "When it was settled, or recorded."},
+    "expected_at": {**_TIME, "description": "When the answer is expected (unknown)."},
+    "waiting_for": {**_TEXT, "description": "What is being waited for (unknown)."},
+    "lookups": {"type": "integer", "minimum": 0},
+    "refused": {
+        "enum": [None, *REFUSALS],
+        "description": "Why this call itself did nothing, if it did not.",
+    },
+    "repeated": {
+        "type": "boolean",
+        "description": "This call found the effect an earlier call asked for; nothing new "
+        "was started.",
+    },
+}
+
+
+def _object(properties: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": dict(properties),
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+EFFECT_SCHEMA = _object(EFFECT_PROPERTIES)
+"""The ``outputSchema`` of every intent and of ``check_effect``."""
+
+EFFECTS_SCHEMA = _object(
+    {
+        "reference": {"type": "string"},
+        "count": {"type": "integer", "minimum": 0},
+        "effects": {
+            "type": "array",
+            "items": _object({**EFFECT_PROPERTIES, "kind": {"type": "string"}}),
+        },
+    }
+)
+"""The ``outputSchema`` of ``effects_for``."""
+
+RECORD_SCHEMA = _object(
+    {
+        "found": {"type": "boolean"},
+        "record": {"type": ["object", "null"]},
+        "reason": {"type": "string"},
+    }
+)
+"""The ``outputSchema`` of a ``READ`` tool."""
+
+REFERENCE_INPUT = _object(
+    {
+        "reference": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "description": "A reference from an earlier answer (ao:…), your idempotency key, "
+            "or the object (charge:INV-2291).",
+        }
+    }
+)
+BUSINESS_INPUT = _object(
+    {
+        "reference": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "description": "A business reference: an invoice (INV-2291), a traveller, an object.",
+        }
+    }
+)
+
+
+# --- The tools and their annotations --------------------------------------------------------
+
+
+def intent_tool(intent: Intent, effect: Tool) -> types.Tool:
+    """An intent as an MCP tool. Its annotations come from its effect's declaration: it changes
+    the world (not read-only), in the open world of providers; it is destructive only if its
+    effect cannot be undone (``irreversible``: an email); it is idempotent by its key (the same
+    intent is one effect, however often it is asked)."""
+    schema = dict(intent.schema)
+    schema["properties"] = {
+        **schema.get("properties", {}),
+        IDEMPOTENCY_KEY: {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "description": "Optional: your own key for this intent. Sent again with other "
+            "arguments, it is refused.",
+        },
+    }
+    return types.Tool(
+        name=intent.name,
+        title=intent.title or None,
+        description=intent.description,
+        input_schema=schema,
+        output_schema=EFFECT_SCHEMA,
+        annotations=types.ToolAnnotations(
+            title=intent.title or None,
+            read_only_hint=False,
+            destructive_hint=bool(effect.irreversible),
+            idempotent_hint=True,
+            open_world_hint=True,
+        ),
+    )
+
+
+def read_tool(tool: Tool) -> types.Tool:
+    """A ``READ`` tool: read-only, so idempotent and not destructive; in the open world."""
+    return types.Tool(
+        name=tool.name,
+        description=tool.description,
+        input_schema=tool.schema,
+        output_schema=RECORD_SCHEMA,
+        annotations=types.ToolAnnotations(
+            read_only_hint=True,
+            destructive_hint=False,
+            idempotent_hint=True,
+            open_world_hint=True,
+        ),
+    )
+
+
+JOURNAL_ANNOTATIONS = types.ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+CHECK_EFFECT = types.Tool(
+    name="check_effect",
+    title="Check an effect",
+    description=(
+        "What became of an effect: done (with evidence), not done (with the reason), or unknown "
+        "(being checked, and when the answer is expected). Give it the reference an earlier "
+        "answer named, your idempotency key, or the object (charge:INV-2291). Reads agentops' "
+        "journal; changes nothing."
+    ),
+    input_schema=REFERENCE_INPUT,
+    output_schema=EFFECT_SCHEMA,
+    annotations=JOURNAL_ANNOTATIONS,
+)
+EFFECTS_FOR = types.Tool(
+    name="effects_for",
+    title="Effects for a reference",
+    description=(
+        "What has already been done for an invoice, a customer or a trip, across every task: "
+        "each effect with its status, evidence and when. Ask this before acting when you do "
+        "not remember what was done. Reads agentops' journal; changes nothing."
+    ),
+    input_schema=BUSINESS_INPUT,
+    output_schema=EFFECTS_SCHEMA,
+    annotations=JOURNAL_ANNOTATIONS,
+)
+
+
+# --- Answers --------------------------------------------------------------------------------
+
+
+def _when(at: datetime | None) -> str | None:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z") if at else None
+
+
+def _said(at: datetime | None) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if at else "soon"
+
+
+def structured(answer: Answer) -> dict[str, Any]:
+    return {
+        "status": answer.status,
+        "reason": answer.reason,
+        "intent": answer.intent,
+        "tool": answer.tool,
+        "object": answer.object,
+        "reference": answer.reference,
+        "task": answer.task,
+        "task_status": answer.task_status,
+        "evidence": dict(answer.evidence) if answer.status == "done" else {},
+        "at": _when(answer.at),
+        "expected_at": _when(answer.expected_at),
+        "waiting_for": answer.waiting_for,
+        "lookups": answer.lookups,
+        "refused": answer.refused,
+        "repeated": answer.repeated,
+    }
+
+
+def _evidence_text(evidence: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in evidence.items() if v not in (None, "", {}, []))
+
+
+def text(answer: Answer) -> str:
+    """One paragraph a model cannot misread: the status first, then what it means and what to
+    do (and not do) now."""
+    what = (
+        f"the {answer.noun} for {answer.subject}"
+        if answer.subject
+        else f"the effect on {answer.object or 'this reference'}"
+    )
+    others = (
+        f"no other {answer.noun} for {answer.subject}"
+        if answer.subject
+        else f"no other effect on {answer.object or 'it'}"
+    )
+    again = (f"call {answer.intent} again" if answer.intent else "ask check_effect again") + (
+        f' or check_effect("{answer.reference}")' if answer.reference else ""
+    )
+    if answer.refused:
+        return f"not_done — {answer.reason}."
+    if answer.status == "done":
+        proof = _evidence_text(answer.evidence)
+        return (
+            f"done — {what} happened"
+            + (f" ({proof})" if proof else "")
+            + f" on {_said(answer.at)}; reference {answer.reference}, task {answer.task}. "
+            "It will not be done again: asking again returns this same answer."
+        )
+    if answer.status == "not_done":
+        return (
+            f"not_done — {what} did not happen: {answer.reason}"
+            + (f" (reference {answer.reference})" if answer.reference else "")
+            + "."
+        )
+    if answer.reference is None:
+        return (
+            f"unknown — {answer.reason}. Waiting for {answer.waiting_for}. Meanwhile {others} "
+            f"may start; {again} for the answer."
+        )
+    if answer.timed_out:
+        seen = f"the call for {what} timed out: the provider may have processed it"
+    else:
+        seen = f"{what} has no certain answer yet ({answer.reason}): it may have happened"
+    return (
+        f"unknown — {seen}. agentops is checking reference {answer.reference} "
+        f"(waiting for {answer.waiting_for}; answer expected by {_said(answer.expected_at)}). "
+        f"Until it is settled, {others} may start. This is not a failure: do not try it "
+        f"another way; {again} to hear the answer."
+    )
+
+
+def result(answer: Answer) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text(answer))],
+        structured_content=structured(answer),
+        is_error=answer.refused in ERRORS,
+    )
+
+
+def effects_result(reference: str, effects: Iterable[Effect]) -> types.CallToolResult:
+    found = list(effects)
+    items = [{**structured(e.answer), "kind": e.kind} for e in found]
+    lines = [f"{len(found)} effect(s) recorded for {reference}, newest first:"]
+    for e in found:
+        a = e.answer
+        proof = _evidence_text(a.evidence) if a.status == "done" else a.reason
+        lines.append(
+            f"- {a.status}: {a.tool} on {a.object or '-'} ({proof}); {_said(a.at)}; "
+            f"reference {a.reference}"
+        )
+    if not found:
+        lines = [f"agentops has recorded no effect for {reference}."]
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text="\n".join(lines))],
+        structured_content={"reference": reference, "count": len(items), "effects": items},
+    )
+
+
+def record_result(found: Mapping[str, Any] | None, reason: str) -> types.CallToolResult:
+    """A READ tool's answer: the record, or why there is none (``reason``: no such record, or
+    the system of record could not tell)."""
+    text_ = f"found: {json.dumps(dict(found), sort_keys=True)}" if found is not None else reason
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text_)],
+        structured_content={
+            "found": found is not None,
+            "record": dict(found) if found is not None else None,
+            "reason": reason,
+        },
+        is_error=False,
+    )
