@@ -8,21 +8,26 @@ ticket, the money cap, the saga) holding whatever happens.
 
 from __future__ import annotations
 
+import copy
+import re
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import django_rq
 import pytest
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from agentops import effects
+from agentops.api.auth import api_client_create
 from agentops.api.services import once_effect_done
 from agentops.runner import task_compensate, task_run, task_start
 from devtools.sandboxes import SandboxHandle
 from journal.keys import undo_key
 from journal.models import Entry, EntryKind, Step, Task
+from tests.agentops.test_operators import client_for, user
 
 pytestmark = pytest.mark.usefixtures("committed")
 
@@ -247,3 +252,66 @@ def test_an_operator_compensates_a_held_goodwill_and_a_void_whose_reply_was_lost
     assert Entry.objects.filter(step=void, kind=EntryKind.LOOKUP, data__found=True).exists()
     assert len(desk.client.ledger(operation="credits.void", key=void.key)) == 1
     assert desk.client.ledger(operation="notes.create", reference=task.refs["ticket"]) == []
+
+
+def test_a_goodwill_task_is_started_from_the_new_task_page_and_the_api(
+    desk: SandboxHandle,
+) -> None:
+    """Installed like any app: the operators' page offers its kind, its refs as fields, and
+    the HTTP API starts it (then, the ticket credited, answers "already done")."""
+    page = client_for(user("Operators"))
+    form = page.get("/tasks/new?kind=goodwill").content.decode()
+    for field in ("ticket", "order", "email", "amount", "currency", "hold"):
+        assert f'name="{field}"' in form
+    started = refs()
+    answer = page.post("/tasks/new", {"kind": "goodwill", "goal": "Sorry", **started})
+    task = Task.objects.get(refs__ticket=started["ticket"])
+    assert answer.status_code == 302 and answer["Location"] == f"/tasks/{task.pk}"
+    assert run(task).status == "finished"
+    _, token = api_client_create(name=f"desk-{uuid.uuid4().hex[:8]}", scopes=["tasks:start"])
+    body = {"kind": "goodwill", "goal": "Sorry", "refs": refs()}
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    created = api.post("/api/v1/tasks", body, content_type="application/json")
+    assert created.status_code == 201, created.content
+    body["refs"] = started
+    again = api.post("/api/v1/tasks", body, content_type="application/json")
+    assert again.json()["already_done"]["evidence"] == step(task, "issue_credit").evidence
+
+
+def test_the_readmes_tool_in_40_lines_works_as_written(
+    desk: SandboxHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's complete app, run as it is written: its tool stands in for the example's
+    own issue_credit (same name) while this test runs."""
+    readme = (Path(__file__).parents[2] / "examples/support/README.md").read_text()
+    found = re.search(r"## Your own tool in 40 lines.*?```python\n(.*?)```", readme, re.S)
+    assert found is not None
+    code = found.group(1)
+    assert len(code.splitlines()) <= 40
+    registry = effects.registry
+    monkeypatch.setattr(
+        registry, "tools", {n: t for n, t in registry.tools.items() if n != "issue_credit"}
+    )
+    monkeypatch.setattr(
+        registry, "kinds", {n: k for n, k in registry.kinds.items() if n != "goodwill"}
+    )
+    for table in ("playbooks", "problems"):
+        monkeypatch.setattr(registry, table, copy.copy(getattr(registry, table)))
+    exec(compile(code, "examples/support/README.md", "exec"), {"__name__": "yourapp.effects"})  # noqa: S102
+    assert registry.problems == []
+    said = [str(p) for p in effects.declarations() if "credit" in p.msg]
+    assert said == []
+    ticket = f"T-{uuid.uuid4().hex[:10]}"
+    asked = refs(ticket=ticket, customer="ada@example.com")
+    del asked["email"]
+    first = run(task_start(kind="credit", goal="Sorry", refs=asked))
+    assert first.status == "finished" and calls(first) == [("issue_credit", "done")]
+    again = run(task_start(kind="credit", goal="Sorry again", refs=asked))
+    assert step(again, "issue_credit").refusal == "already_done"
+    first_credit = step(first, "issue_credit").evidence["id"]
+    told = Step.objects.get(task=again, kind="finish").detail
+    assert (
+        again.status == "finished"
+        and f"already done: issue_credit for {ticket} (id {first_credit})" in told
+    )
+    assert len(credits(desk, ticket)) == 1
