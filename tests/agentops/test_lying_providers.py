@@ -17,7 +17,7 @@ from django.test import override_settings
 from agentops.tools import tool_registry
 from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
-from journal.protocols import Call
+from journal.protocols import Call, CostClass
 from journal.record import task_create
 from journal.run import task_advance
 from tests.journal.support import ScriptedPlanner, invoice
@@ -114,8 +114,12 @@ CASES: dict[str, tuple[str, str, Callable[[], Call]]] = {
 
 
 def test_every_tool_is_covered() -> None:
-    assert set(CASES) == set(tool_registry())
-    assert all(tool.evidence for tool in tool_registry().values())
+    """Every effect of the shipped kinds (a read has no effect to prove; the example's effects,
+    examples/support, are covered by its own tests against its own provider)."""
+    tools = tool_registry()
+    effects = {n for n, t in tools.items() if t.cost != CostClass.READ}
+    assert set(CASES) == {n for n in effects if type(tools[n]).__module__.startswith("commerce.")}
+    assert all(tools[n].evidence for n in effects)
 
 
 @pytest.mark.parametrize("lie", LIES)

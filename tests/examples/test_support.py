@@ -183,6 +183,34 @@ def test_a_credit_whose_reply_was_lost_is_looked_up_and_settled_done_once(
     assert issued["object_id"] == credit.evidence["id"]
 
 
+@pytest.mark.parametrize(
+    "lie", ["empty_after_effect", "wrong_shape_after_effect", "html_after_effect"]
+)
+@pytest.mark.parametrize(
+    ("operation", "tool"),
+    [
+        ("credits.create", "issue_credit"),
+        ("notes.create", "post_note"),
+        ("credits.void", "void_credit"),
+    ],
+)
+def test_a_200_without_evidence_is_never_done_and_the_effect_happens_once(
+    desk: SandboxHandle, operation: str, tool: str, lie: str
+) -> None:
+    """The provider acts, then answers 200 without the id (empty, another shape, a proxy's
+    HTML): the step is unknown, never done with nothing to show; then found by its key
+    (a credit, a void) or sent again with it (a note), and the effect is there once."""
+    ticket = f"T-{uuid.uuid4().hex[:10]}"
+    if tool == "void_credit":
+        desk.client.config(locked_tickets=[ticket])  # the note is refused: the credit voided
+    desk.client.fault(operation, lie)
+    acted = step(goodwill(ticket=ticket), tool)
+    assert acted.state == "done" and acted.evidence["id"]
+    first = Entry.objects.filter(step=acted, kind=EntryKind.ATTEMPT_ENDED).first()
+    assert first is not None and first.data["classified"] == "unknown"
+    assert len(desk.client.ledger(operation=operation, key=acted.key)) == 1
+
+
 def test_a_second_goodwill_for_the_ticket_is_refused_already_done_with_the_first_credit(
     desk: SandboxHandle,
 ) -> None:
