@@ -298,7 +298,8 @@ def intent_call(
         object=answer.object or asked.object,
         repeated=not started,
         noun=intent.noun,
-        subject=intent.subject(asked.args),
+        # Named as the intent's first call named it, whatever this call's spelling.
+        subject=intent.subject(row.args or asked.args),
     )
 
 
