@@ -42,6 +42,13 @@ effects.register_playbook("renewal")(playbooks.renewal)
 effects.register_playbook("trip")(playbooks.trip)
 effects.register_playbook("reminders")(playbooks.reminders)
 
+DEMO_INVOICES = (
+    "INV-3001:4900:usd:ada@example.com",
+    "INV-3002:12900:eur:grace@example.com",
+    "INV-2101:2500:usd:edsger@example.com",
+    "INV-2102:7500:usd:barbara@example.com",
+)
+
 effects.register_sandbox(
     effects.Sandbox(
         name="payments",
@@ -50,7 +57,15 @@ effects.register_sandbox(
         port_setting="AGENTOPS_SANDBOX_PAYMENTS_PORT",
         unless="STRIPE_API_KEY",
         # Stripe's search trails its writes; the sandbox's does too, a little.
-        args=("--webhook-url", "{web}/webhooks/stripe", "--search-lag", "2"),
+        args=(
+            "--webhook-url",
+            "{web}/webhooks/stripe",
+            "--search-lag",
+            "2",
+            # Open invoices in the system of record, for an agent to charge or remind over
+            # MCP (README, "Connecting an MCP client").
+            *(f"--invoice={spec}" for spec in DEMO_INVOICES),
+        ),
         settings={
             "STRIPE_API_KEY": "sk_test_agentops_sandbox",
             "STRIPE_API_BASE": "{url}",

@@ -1,13 +1,14 @@
 """``python -m sandbox.payments``: serve the payments sandbox.
 
 Run: ``SANDBOX_WEBHOOK_SECRET=whsec_... python -m sandbox.payments --port PORT
-[--key-lifetime S] [--search-lag S] [--webhook-url URL]``.
+[--key-lifetime S] [--search-lag S] [--webhook-url URL] [--invoice NUMBER:AMOUNT:CURRENCY:EMAIL]``.
 """
 
 from __future__ import annotations
 
 import os
 
+from sandbox.payments.invoices import invoice_add
 from sandbox.payments.provider import Payments
 from sandbox.server import base_arg_parser, serve
 
@@ -19,6 +20,13 @@ def main() -> None:
     parser = base_arg_parser("python -m sandbox.payments")
     parser.add_argument("--search-lag", type=float, default=0.0, help="search trails writes, s")
     parser.add_argument("--webhook-url", default=None)
+    parser.add_argument(
+        "--invoice",
+        action="append",
+        default=[],
+        metavar="NUMBER:AMOUNT:CURRENCY:EMAIL",
+        help="an open invoice in the record from the start (repeatable; amount in minor units)",
+    )
     args = parser.parse_args()
     provider = Payments(
         key_lifetime=args.key_lifetime,
@@ -27,6 +35,12 @@ def main() -> None:
         # From the environment, never the command line (which every local user can read).
         webhook_secret=os.environ.get(WEBHOOK_SECRET_VARIABLE) or None,
     )
+    for spec in args.invoice:
+        number, amount, currency, email = spec.split(":", 3)
+        invoice_add(
+            provider,
+            {"number": number, "amount_due": amount, "currency": currency, "customer_email": email},
+        )
     serve(provider, args.port)
 
 

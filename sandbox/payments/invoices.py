@@ -23,8 +23,13 @@ _SEARCH = re.compile(r"^\s*(number|customer|customer_email|status)\s*:\s*'([^']*
 
 
 def invoice_seed(payments: Payments, request: Request) -> JSON:
-    """``POST /_sandbox/invoices``: put an invoice in the record (tests, ``make run``'s seed)."""
-    p = request.params
+    """``POST /_sandbox/invoices``: put an invoice in the record (tests)."""
+    return invoice_add(payments, request.params)
+
+
+def invoice_add(payments: Payments, p: JSON) -> JSON:
+    """Put an invoice in the record: through the admin API, or ``--invoice`` at start-up
+    (``make run``'s seed)."""
     number = p.get("number")
     if not isinstance(number, str) or not _NUMBER.match(number):
         raise invalid("number: 1 to 64 letters, digits, '.', '_', '/' or '-'", "number")
