@@ -17,7 +17,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import assert_never
 from uuid import UUID
@@ -59,6 +59,12 @@ class Advance:
 
     stopped: str
     steps_performed: int = 0
+    lease_token: int = 0
+    """The token of the lease the run held (0: it held none). Every entry the run wrote was
+    written under it, at or after ``lease_taken_at`` and before the task's next lease was
+    taken: so what the run did can be read back from the journal once it has returned
+    (agentops' metrics and step logs do, after commit)."""
+    lease_taken_at: datetime | None = None
 
 
 class _Handover(Exception):
@@ -108,14 +114,16 @@ def task_advance(
     lease = lease_acquire(task_id=task_id, owner=owner or f"runner-{uuid.uuid4()}")
     if lease is None:
         return Advance("busy")
+    taken_at = (lease.task or {}).get("lease_taken_at")  # the row is handed on to the view
     try:
-        return _run(lease=lease, planner=planner, tools=tools, policy=policy, rules=rules)
+        result = _run(lease=lease, planner=planner, tools=tools, policy=policy, rules=rules)
     except Exception as exc:
         if not _database_lost(exc):
             raise
         # Without this, the task would wait out its whole lease before anyone took it up.
         released = _give_back(lease, clean=False)
         raise DatabaseLost(lease.task_id, released=released) from exc
+    return replace(result, lease_token=lease.token, lease_taken_at=taken_at)
 
 
 def task_unbuildable(*, task_id: UUID, owner: str, reason: str) -> Advance:
