@@ -13,6 +13,7 @@ class AgentopsConfig(AppConfig):
     def ready(self) -> None:
         from agentops import checks  # noqa: F401 - registers the system checks
         from agentops.effects import autodiscover
+        from agentops.telemetry import checks as telemetry_checks  # noqa: F401 - idem
 
         # Every installed app's tools, kinds, playbooks and providers (its effects module).
         autodiscover()

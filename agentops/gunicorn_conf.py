@@ -9,6 +9,9 @@
 from __future__ import annotations
 
 import os
+from typing import Any
+
+from agentops.logs import gunicorn_config
 
 _behind_proxy = os.environ.get("DJANGO_BEHIND_PROXY", "").strip().lower() in {
     "1",
@@ -28,3 +31,17 @@ forwarded_allow_ips = (
 secure_scheme_headers = {"X-FORWARDED-PROTO": "https"} if _behind_proxy else {}
 # gunicorn's runtime control socket would live in the user's home directory: not wanted.
 control_socket_disable = True
+# gunicorn's own lines (its error log, the access log) in the app's format: one JSON object
+# per line, or text under `make run` (LOG_FORMAT, agentops/logs.py).
+logconfig_dict = gunicorn_config(
+    fmt=os.environ.get("LOG_FORMAT", "") or "json", level=os.environ.get("LOG_LEVEL", "INFO")
+)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A web worker that ended leaves its metrics files in PROMETHEUS_MULTIPROC_DIR: its
+    counters still count; its live gauges must go (prometheus_client's multiprocess mode)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]

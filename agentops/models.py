@@ -31,6 +31,9 @@ class ApiScope(models.TextChoices):
 
     TASKS_START = "tasks:start", "start tasks"
     """POST /api/v1/tasks: start a task (or be told its once-only effect is already done)."""
+    METRICS_READ = "metrics:read", "read metrics"
+    """GET /metrics: the Prometheus exposition (counts of tasks, steps, approvals, queues),
+    from any address (agentops/telemetry/exposition.py)."""
     TASKS_READ = "tasks:read", "read tasks"
     """GET /api/v1/tasks and /api/v1/tasks/{id}: tasks, their steps, evidence and refs (which
     name customers' addresses)."""

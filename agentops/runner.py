@@ -34,6 +34,7 @@ from agentops.kinds import (
     tools_for,
 )
 from agentops.planners import planner_get
+from agentops.telemetry.steps import run_observed, settled_observed
 from agentops.workers import RUN_JOB
 from journal import operator
 from journal.models import Task, TaskStatus
@@ -139,13 +140,15 @@ def task_run(*, task_id: UUID) -> Advance:
         tools = tools_for(task)
         planner, policy, rules = planner_get(tools), task_policy(task), rules_for(task)
     except Exception as exc:  # a setting, a key, an import: never a crash loop nobody sees
-        log.exception("task %s: its runner could not be built", task_id)
-        return task_unbuildable(
+        log.exception("task %s: its runner could not be built", task_id, extra=_task(task_id))
+        unbuilt = task_unbuildable(
             task_id=task.pk,
             owner=owner,
             reason=f"the runner for this {task.kind} task could not be built "
             f"({type(exc).__name__}: {str(exc)[:300]}); fix the configuration, then resume it",
         )
+        run_observed(task_id=task_id, stopped=unbuilt.stopped, token=0, since=None)
+        return unbuilt
     try:
         result = task_advance(
             task_id=task.pk,
@@ -156,22 +159,46 @@ def task_run(*, task_id: UUID) -> Advance:
             rules=rules,
         )
     except DatabaseLost as lost:
+        run_observed(task_id=task_id, stopped="database_lost", token=0, since=None)
         if lost.released:
             # The lease is free again: ring now. The sweeper would too, but only once this
             # task's last ring is older than SWEEP_GRACE_SECONDS.
             try:
                 task_ring(task_id=task_id)
             except Exception:  # Redis away as well: the sweeper rings later
-                log.warning("task %s: could not ring again after losing the database", task_id)
+                log.warning(
+                    "task %s: could not ring again after losing the database",
+                    task_id,
+                    extra=_task(task_id),
+                )
         raise
+    # Everything the run wrote is committed: what it did to its steps is read back, logged
+    # one line a step, and counted (agentops/telemetry/steps.py).
+    run_observed(
+        task_id=task_id,
+        stopped=result.stopped,
+        token=result.lease_token,
+        since=result.lease_taken_at,
+    )
     if result.stopped == "waiting":
         wake_at = Task.objects.filter(pk=task_id, status=TaskStatus.WAITING).values_list(
             "wake_at", flat=True
         )
         if wake_at and wake_at[0] is not None:
             task_ring(task_id=task_id, at=wake_at[0])
-    log.info("task %s: %s after %s steps", task_id, result.stopped, result.steps_performed)
+    log.info(
+        "task %s: %s after %s steps",
+        task_id,
+        result.stopped,
+        result.steps_performed,
+        extra={**_task(task_id), "stopped": result.stopped},
+    )
     return result
+
+
+def _task(task_id: UUID) -> dict[str, str]:
+    """The ``extra`` of a line about a task: its id, as every line about its steps has it."""
+    return {"task_id": str(task_id)}
 
 
 def task_resume(*, task_id: UUID, actor: str, reason: str) -> TaskStatus:
@@ -195,6 +222,18 @@ def steps_reconcile_now(*, step_ids: list[int], actor: str, reason: str = "") ->
         woken = operator.steps_reconcile_now(step_ids=step_ids, actor=actor, reason=reason)
         for task_id in woken:
             transaction.on_commit(partial(task_ring, task_id=task_id))
+
+
+def step_resolve(
+    *, step_id: int, actor: str, done: bool, evidence: str = "", reason: str = ""
+) -> None:
+    """A person settles an open step by hand (journal.operator.step_resolve); once committed,
+    the settlement is logged and counted like any other."""
+    with transaction.atomic():
+        operator.step_resolve(
+            step_id=step_id, actor=actor, done=done, evidence=evidence, reason=reason
+        )
+        settled_observed(step_id=step_id)
 
 
 def task_approve(*, task_id: UUID, approval_id: int, digest: str, actor: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from ipaddress import ip_network
 from pathlib import Path
 
 import dj_database_url
@@ -17,6 +18,8 @@ from django.core.checks.security.base import (
     SECRET_KEY_MIN_UNIQUE_CHARACTERS,
 )
 from django.core.exceptions import ImproperlyConfigured
+
+from agentops.logs import LogFormatRefused, logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -104,6 +107,9 @@ AUTHENTICATION_BACKENDS = [
 MIDDLEWARE = [
     # First: a load balancer's probe is answered before host checks and HTTPS redirects.
     "agentops.health.HealthCheckMiddleware",
+    # Prometheus scrapes each machine by its address, as a probe does; /metrics checks its
+    # caller itself: an allowed address or a token (agentops/telemetry/exposition.py).
+    "agentops.telemetry.exposition.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files from the app itself (the admin's CSS), compressed and cached forever.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -369,11 +375,27 @@ elif not DEBUG and not set(ALLOWED_HOSTS) <= LOOPBACK_HOSTS:
         f"({', '.join(sorted(LOOPBACK_HOSTS))}), not DJANGO_ALLOWED_HOSTS={ALLOWED_HOSTS}"
     )
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    # The stripe library logs every request at INFO; the journal records what matters.
-    "loggers": {"stripe": {"level": "WARNING"}},
-}
+# Logs (agentops/logs.py): one JSON object per line, each line about a step naming its task,
+# key, tool and state; `make run` sets LOG_FORMAT=text for its terminal.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "") or "json"
+try:
+    LOGGING = logging_config(fmt=LOG_FORMAT, level=os.environ.get("LOG_LEVEL", "INFO"))
+except LogFormatRefused as refused:
+    raise ImproperlyConfigured(str(refused)) from None
+
+# Metrics (agentops/telemetry): /metrics is served without a token only to these addresses or
+# networks (as agentops.access.client_ip sees the caller); anyone else needs an API client's
+# token with the scope metrics:read. PROMETHEUS_MULTIPROC_DIR, read by prometheus_client
+# itself, must be set in the environment of every process (README, "Operating agentops").
+METRICS_ALLOWED_ADDRESSES = [
+    a.strip()
+    for a in os.environ.get("METRICS_ALLOWED_ADDRESSES", "127.0.0.1,::1").split(",")
+    if a.strip()
+]
+try:
+    METRICS_ALLOWED_NETWORKS = [ip_network(a, strict=False) for a in METRICS_ALLOWED_ADDRESSES]
+except ValueError as bad:
+    raise ImproperlyConfigured(f"METRICS_ALLOWED_ADDRESSES: {bad}") from None
+# Where people open the operators' pages (https://ops.example.com): the alerts link there
+# (exposed as agentops_info{base_url}).
+AGENTOPS_BASE_URL = os.environ.get("AGENTOPS_BASE_URL", "").rstrip("/")

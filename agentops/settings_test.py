@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("DJANGO_DEBUG", "1")
+# Metrics in multiprocess mode, as in production, so the workers a test starts report to the
+# /metrics it reads. scripts/stack.py test gives every run a fresh directory; a run without
+# it gets one here. prometheus_client reads the variable when first imported: it must be set
+# before anything imports it, and it is inherited by the processes the tests start.
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="agentops-metrics-")
 
 from agentops.settings import *  # noqa: E402, F403
 

@@ -14,6 +14,8 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker
 
+from agentops.telemetry import instruments
+
 # Every function a worker may run, by the dotted name RQ stores. Add new jobs here.
 # The job every ring enqueues (agentops.runner.task_ring): a task's run.
 RUN_JOB = "agentops.jobs.run_task"
@@ -96,3 +98,24 @@ class AgentopsWorker(SimpleWorker):
         if job_class not in (None, AgentopsJob, f"{__name__}.AgentopsJob", self.jobs):
             raise ValueError(f"agentops workers run {self.jobs.__name__} only, not {job_class!r}")
         super().__init__(queues, job_class=self.jobs, serializer=JSONSerializer, **kwargs)
+
+    # The heartbeat (agentops_heartbeat_timestamp_seconds{process="worker"}) beats while the
+    # worker waits for a job and around each one it runs. RQ beats when its blocking wait for
+    # a job times out, by default every worker_ttl - 15 s (405 s): waiting at most this long
+    # at a time, an idle worker shows it is alive well within the alert's 5 minutes.
+    heartbeat_seconds = 30
+
+    @property
+    def dequeue_timeout(self) -> int:
+        return int(min(super().dequeue_timeout, self.heartbeat_seconds))
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> None:
+        super().heartbeat(*args, **kwargs)
+        instruments.heartbeat(instruments.WORKER)
+
+    def execute_job(self, job: Job, queue: Any) -> None:
+        instruments.heartbeat(instruments.WORKER)
+        try:
+            super().execute_job(job, queue)
+        finally:
+            instruments.heartbeat(instruments.WORKER)

@@ -34,6 +34,7 @@ from agentops.operators.forms import (
     problems_by_field,
 )
 from agentops.runner import (
+    step_resolve,
     steps_reconcile_now,
     task_approve,
     task_cancel,
@@ -43,7 +44,6 @@ from agentops.runner import (
     task_start,
 )
 from journal.models import Step, Task, TaskStatus
-from journal.operator import step_resolve
 from journal.outcomes import LIVE_STATES
 from journal.status import FINAL, TransitionRefused
 

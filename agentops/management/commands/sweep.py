@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -10,6 +11,9 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
 from agentops.runner import tasks_sweep
+from agentops.telemetry import instruments
+
+log = logging.getLogger("agentops.sweeper")
 
 
 class Command(BaseCommand):
@@ -27,10 +31,14 @@ class Command(BaseCommand):
         while True:
             try:
                 rung = tasks_sweep()
+                # A sweep that ended: agentops_heartbeat_timestamp_seconds{process="sweeper"}.
+                instruments.heartbeat(instruments.SWEEPER)
                 if rung:
-                    self.stdout.write(f"rang for {rung} runnable task(s)")
+                    log.info("rang for %s runnable task(s)", rung, extra={"rung": rung})
             except Exception as exc:  # a sweep that fails (Redis down) is tried again
-                self.stderr.write(f"sweep failed: {type(exc).__name__}: {exc}")
+                log.warning(
+                    "sweep failed: %s: %s", type(exc).__name__, exc, extra={"error": str(exc)}
+                )
             finally:
                 close_old_connections()
             if options["once"]:
