@@ -59,6 +59,8 @@ from devtools.stack.users import (
 )
 
 DEVTOOLS_VARIABLE = "AGENTOPS_DEVTOOLS"
+# Where prometheus_client's multiprocess mode keeps each process's metrics (agentops/telemetry).
+METRICS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def cmd_run() -> int:
@@ -93,6 +95,16 @@ def cmd_run() -> int:
         static = private_dir(var / "staticfiles")
         app.own(static)
         env.setdefault("DJANGO_STATIC_ROOT", str(static))
+        # Every app process writes its counters here and /metrics adds them up
+        # (prometheus_client's multiprocess mode), which wants it empty at each start.
+        metrics = var / "prometheus"
+        shutil.rmtree(metrics, ignore_errors=True)
+        app.own(private_dir(metrics))
+        env[METRICS_VARIABLE] = str(metrics)
+        # Readable lines for this terminal (production logs one JSON object per line), and
+        # the alerts' links to these pages.
+        env.setdefault("LOG_FORMAT", "text")
+        env.setdefault("AGENTOPS_BASE_URL", f"http://{HOST}:{web_port}")
         python, python_env = app_python([app, servers], cleanup)
         env.update(python_env)
         env.update(app.environment())
@@ -172,6 +184,7 @@ def cmd_run() -> int:
         log(f"  admin:  {address}/admin/  (user operator, password as printed when it was created)")
         log(f"  queues: {address}/django-rq/")
         log(f"  health: {address}/healthz")
+        log(f"  metrics: {address}/metrics  (from this machine; rules in deploy/prometheus/)")
         if not env_in.get("DATABASE_URL") or not env_in.get("REDIS_URL"):
             log("  data is kept in var/, server logs are in var/log/")
         log("  Ctrl-C stops everything; a web server, worker or sweeper that dies is restarted")
@@ -285,6 +298,10 @@ def cmd_test(cmd: Sequence[str], *, mode: str = "test") -> int:
                     if attempt == 2:
                         raise
             env["REDIS_URL"] = redis.url
+        # The metrics of every process CMD starts (workers, the app), thrown away with root.
+        metrics = root / "prometheus"
+        metrics.mkdir(mode=0o700)
+        env[METRICS_VARIABLE] = str(metrics)
         if restartable:
             # Stopped before the servers (an ExitStack unwinds last in, first out).
             control = ServerControl(root / "control.sock", restartable)
