@@ -10,7 +10,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # The browser tests drive Debian's Chromium (never one a tool downloads).
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test bench chaos
+.PHONY: run test bench chaos promtool
 
 run: $(STAMP)
 	$(VENV)/bin/python scripts/stack.py run
@@ -20,10 +20,11 @@ run: $(STAMP)
 # nothing listens on port 1, and makemigrations' check of the applied history, which it
 # skips with a warning when it cannot connect, is left out quietly.
 NO_DATABASE := DJANGO_DEBUG=1 DATABASE_URL=postgres://typecheck@127.0.0.1:1/typecheck
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(CHROMIUM) promtool
 	$(VENV)/bin/ruff check .
 	$(NO_DATABASE) $(VENV)/bin/mypy .
 	$(VENV)/bin/lint-imports --no-cache
+	promtool test rules deploy/prometheus/agentops.rules.test.yml
 	$(NO_DATABASE) $(VENV)/bin/python -W 'ignore:Got an error checking a consistent migration history' \
 		manage.py makemigrations --check --dry-run
 	$(VENV)/bin/python scripts/stack.py test -- $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
@@ -44,6 +45,18 @@ $(CHROMIUM):
 	else \
 		echo "the browser tests need Debian's chromium at $(CHROMIUM): sudo apt-get install chromium"; \
 		exit 1; \
+	fi
+
+# The alert rules' tests need promtool, which Debian ships in its prometheus package: installed
+# when missing, as root (CI is); otherwise say how.
+promtool:
+	@if ! command -v promtool >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		else \
+			echo "the alert rules' tests need promtool: sudo apt-get install prometheus"; \
+			exit 1; \
+		fi; \
 	fi
 
 # The chaos run (README, "Proof: the chaos run"): N tasks under a seeded fault schedule, then
