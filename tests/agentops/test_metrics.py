@@ -1,0 +1,353 @@
+"""Operating agentops (issue 20): /metrics, and logs that join up.
+
+- /metrics is served to an allowed address or a token with ``metrics:read``, never to a
+  foreign address, a wrong token, or a token without the scope;
+- after a scripted run on a real worker against the sandboxes (a plain renewal, one whose
+  charge goes unknown and is looked up, one refused by the guards while it waits, one the
+  provider refuses as misdirected so a person must look, a trip that compensates), the
+  counters moved by exactly what the journal says happened, and the gauges equal the
+  database's counts: parsed with prometheus_client's own parser, from the worker's files
+  (multiprocess mode);
+- every query behind the gauges can be answered through an index;
+- a worker's line about a step is one JSON object naming the task, the step's key, its tool
+  and its state.
+
+(The alert rules are tested by promtool in `make test`: deploy/prometheus/.)
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter as Tally
+from collections.abc import Iterator
+from ipaddress import ip_network
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentops.api.auth import api_client_create
+from agentops.runner import task_start
+from agentops.telemetry import collector
+from journal.models import Approval, ApprovalState, Attention, Entry, EntryKind, Step, Task
+from tests.agentops.test_business_effects import renewal_refs
+from tests.agentops.test_runner import finished
+from tests.agentops.test_sagas import ended, trip_refs
+from tests.agentops.workers import Fleet
+from tests.journal.support import invoice
+from tests.sandbox.fixtures import SandboxHandle, wait_for
+
+pytestmark = pytest.mark.usefixtures("committed")
+
+LOCAL: dict[str, Any] = {"REMOTE_ADDR": "127.0.0.1", "HTTP_HOST": "127.0.0.1:8000"}
+FOREIGN: dict[str, Any] = {"REMOTE_ADDR": "203.0.113.9", "HTTP_HOST": "203.0.113.1:8000"}
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(**request: Any) -> Samples:
+    """/metrics as Prometheus reads it: every sample by name and labels."""
+    response = Client().get("/metrics", **{**LOCAL, **request})
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    samples: Samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    return sum(
+        value
+        for (sample, have), value in samples.items()
+        if sample == name and set(labels.items()) <= set(have)
+    )
+
+
+def by(samples: Samples, name: str, *keys: str) -> dict[tuple[str, ...], float]:
+    """``name``'s samples, by the values of ``keys``, leaving out the zeros."""
+    out: dict[tuple[str, ...], float] = {}
+    for (sample, have), value in samples.items():
+        if sample == name and value:
+            labels = dict(have)
+            key = tuple(labels[k] for k in keys)
+            out[key] = out.get(key, 0) + value
+    return out
+
+
+def moved(after: dict[Any, float], before: dict[Any, float]) -> dict[Any, float]:
+    keys = set(after) | set(before)
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in keys}
+    return {k: v for k, v in delta.items() if v}
+
+
+# --- who may read /metrics ---------------------------------------------------------------
+
+
+@pytest.fixture
+def tokens() -> Iterator[dict[str, str]]:
+    tag = uuid.uuid4().hex[:8]
+    _, reader = api_client_create(name=f"prometheus-{tag}", scopes=["metrics:read"])
+    _, other = api_client_create(name=f"tasks-{tag}", scopes=["tasks:read"])
+    yield {"reader": reader, "other": other}
+
+
+def test_metrics_are_refused_to_a_foreign_address_and_to_a_wrong_token(
+    tokens: dict[str, str],
+) -> None:
+    client = Client()
+    refused = client.get("/metrics", **FOREIGN)
+    assert refused.status_code == 401
+    assert refused["WWW-Authenticate"].startswith("Bearer")
+    assert b"agentops_" not in refused.content
+    # A token that is no client's, and a client's token without the scope.
+    wrong = client.get("/metrics", **FOREIGN, HTTP_AUTHORIZATION="Bearer ao_live_" + "x" * 43)
+    assert wrong.status_code == 401 and b"agentops_" not in wrong.content
+    unscoped = client.get("/metrics", **FOREIGN, HTTP_AUTHORIZATION=f"Bearer {tokens['other']}")
+    assert unscoped.status_code == 403 and b"metrics:read" in unscoped.content
+    # The scope opens it from anywhere; the loopback address without a token.
+    reader = client.get("/metrics", **FOREIGN, HTTP_AUTHORIZATION=f"Bearer {tokens['reader']}")
+    assert reader.status_code == 200 and b"agentops_tasks{" in reader.content
+    assert client.get("/metrics", **LOCAL).status_code == 200
+    # A name this site does not answer to, rebound to loopback by a page: refused.
+    rebound = client.get("/metrics", REMOTE_ADDR="127.0.0.1", HTTP_HOST="evil.example:8000")
+    assert rebound.status_code == 401
+    # Behind a declared proxy, the proxy's loopback address is not the caller's.
+    with override_settings(BEHIND_PROXY=True):
+        proxied = client.get("/metrics", **LOCAL, HTTP_X_FORWARDED_FOR="203.0.113.9")
+        assert proxied.status_code == 401
+    with override_settings(METRICS_ALLOWED_NETWORKS=[ip_network("203.0.113.0/24")]):
+        assert client.get("/metrics", **FOREIGN).status_code == 200
+    assert client.post("/metrics", **LOCAL).status_code == 405
+
+
+# --- what the metrics say after a scripted run ---------------------------------------------
+
+COUNTERS = (
+    "agentops_steps_total",
+    "agentops_step_refusals_total",
+    "agentops_lookups_total",
+    "agentops_compensations_total",
+    "agentops_runs_total",
+    "agentops_step_attempt_seconds_count",
+    "agentops_step_unknown_seconds_count",
+)
+
+
+def journal_says(tasks: list[Task]) -> dict[str, dict[Any, float]]:
+    """What the counters must have moved by, from the journal of these tasks alone."""
+    steps = list(Step.objects.filter(task__in=tasks, kind="call"))
+    entries: list[Any] = list(
+        Entry.objects.filter(task__in=tasks).select_related("step").order_by("id")
+    )
+    ever_unknown = {
+        e.step_id
+        for e in entries
+        if e.kind == EntryKind.STEP_SETTLED and e.data.get("state") == "unknown"
+    }
+    outcomes: Tally[tuple[str, ...]] = Tally()
+    undos: Tally[tuple[str, ...]] = Tally()
+    for step in steps:
+        said = ["refused" if step.refusal else step.state] + (
+            ["unknown"] if step.pk in ever_unknown else []
+        )
+        for outcome in said:
+            if outcome in ("done", "not_done", "refused", "unknown"):
+                outcomes[(step.tool, outcome)] += 1
+                if step.offsets_id is not None:
+                    undos[(step.tool, outcome)] += 1
+    attempts: Tally[tuple[str, ...]] = Tally()
+    lookups: Tally[tuple[str, ...]] = Tally()
+    for e in entries:
+        if e.kind == EntryKind.ATTEMPT_ENDED or (
+            e.kind == EntryKind.STEP_SETTLED and e.data.get("via") == "attempt"
+        ):
+            attempts[(e.step.tool,)] += 1
+        if e.kind == EntryKind.LOOKUP:
+            result = e.data["result"] if e.data["result"] != "unknown" else "failed"
+            lookups[(e.step.tool, result)] += 1
+    settled_after_unknown = Tally(
+        (s.tool,) for s in steps if s.pk in ever_unknown and s.state in ("done", "not_done")
+    )
+    return {
+        "agentops_steps_total": dict(outcomes),
+        "agentops_step_refusals_total": dict(Tally((s.refusal,) for s in steps if s.refusal)),
+        "agentops_lookups_total": dict(lookups),
+        "agentops_compensations_total": dict(undos),
+        "agentops_step_attempt_seconds_count": dict(attempts),
+        "agentops_step_unknown_seconds_count": dict(settled_after_unknown),
+        # Every run that took its task's lease moved the task's token by one.
+        "runs": {(): float(sum(Task.objects.get(pk=t.pk).lease_token for t in tasks))},
+    }
+
+
+LABELS = {
+    "agentops_steps_total": ("tool", "outcome"),
+    "agentops_step_refusals_total": ("code",),
+    "agentops_lookups_total": ("tool", "result"),
+    "agentops_compensations_total": ("tool", "outcome"),
+    "agentops_step_attempt_seconds_count": ("tool",),
+    "agentops_step_unknown_seconds_count": ("tool",),
+}
+
+
+def counters(samples: Samples) -> dict[str, dict[tuple[str, ...], float]]:
+    out = {name: by(samples, name, *keys) for name, keys in LABELS.items()}
+    out["runs"] = {
+        (): sum(
+            v
+            for (stopped,), v in by(samples, "agentops_runs_total", "stopped").items()
+            if stopped != "busy"
+        )
+    }
+    return out
+
+
+def gauges_of_database() -> dict[str, Any]:
+    """The gauges as the database says them now."""
+    open_statuses = ("runnable", "waiting", "awaiting_approval", "needs_human")
+    unknown = Step.objects.filter(state="unknown")
+    return {
+        "tasks": {(s,): float(Task.objects.filter(status=s).count()) for s in open_statuses},
+        "needing": {
+            (c,): float(Task.objects.filter(status="needs_human", attention_code=c).count())
+            for c in Attention.values
+        },
+        "unknown": dict(Tally((t,) for t in unknown.values_list("tool", flat=True))),
+        "approvals": float(Approval.objects.filter(state=ApprovalState.PENDING).count()),
+    }
+
+
+def gauges_scraped(samples: Samples) -> dict[str, Any]:
+    def all_of(name: str, key: str) -> dict[tuple[str, ...], float]:
+        return {(dict(have)[key],): value for (s, have), value in samples.items() if s == name}
+
+    return {
+        "tasks": all_of("agentops_tasks", "status"),
+        "needing": all_of("agentops_tasks_needing_human", "code"),
+        "unknown": by(samples, "agentops_steps_unknown", "tool"),
+        "approvals": total(samples, "agentops_approvals_pending"),
+    }
+
+
+@pytest.mark.timeout(180)
+def test_after_a_scripted_run_the_metrics_say_what_the_journal_says(
+    fleet: Fleet,
+    payments_sandbox: SandboxHandle,
+    bookings_sandbox: SandboxHandle,
+    clean_faults: None,
+) -> None:
+    before = counters(scrape())
+    fleet.worker()
+    fleet.sweeper()
+    # The provider refuses us (421: not the provider's server): a person must look.
+    payments_sandbox.client.fault("payment_intents.create", "misdirected")
+    refused_us = finished(task_start(kind="renewal", goal="renew", refs=renewal_refs(invoice())))
+    assert refused_us.attention_code == "misconfigured"
+    # A plain renewal: charged, receipt sent.
+    plain = finished(task_start(kind="renewal", goal="renew", refs=renewal_refs(invoice())))
+    # The charge lands after the client gave up: unknown, then looked up and settled done;
+    # a second task for the same invoice meanwhile is refused, waits, and is told.
+    payments_sandbox.client.fault("payment_intents.create", "latency_before_effect", delay=1.5)
+    inv = invoice()
+    slow = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
+    wait_for(
+        lambda: Task.objects.get(pk=slow.pk).status == "waiting",
+        timeout=30,
+        what="the charge to go unknown",
+    )
+    second = task_start(kind="renewal", goal="renew again", refs=renewal_refs(inv))
+    slow, second = finished(slow), finished(second)
+    # A trip whose hotel is full: the flight hold is released (a compensation).
+    refs = trip_refs()
+    bookings_sandbox.client.config(full_hotels=[refs["hotel"]])
+    trip = ended(task_start(kind="trip", goal="Lisbon, hotel full", refs=refs))
+    tasks = [refused_us, plain, slow, second, trip]
+    assert [t.status for t in tasks] == [
+        "needs_human",
+        "finished",
+        "finished",
+        "finished",
+        "compensated",
+    ]
+
+    expected = journal_says(tasks)
+    # The journal has what the script meant to show.
+    assert expected["agentops_steps_total"][("charge_customer", "unknown")] == 1
+    assert expected["agentops_step_refusals_total"] == {("in_flight",): 1, ("already_done",): 1}
+    assert expected["agentops_compensations_total"] == {("release_flight", "done"): 1}
+    # The worker counted in its own files; the runs end a moment after their last write.
+    wait_for(
+        lambda: moved(counters(scrape())["runs"], before["runs"]) == expected["runs"],
+        timeout=10,
+        what="every run to be counted",
+    )
+    samples = scrape()
+    after = counters(samples)
+    for name in expected:
+        assert moved(after[name], before[name]) == expected[name], name
+
+    # The gauges are the database's counts, read as the scrape was.
+    assert gauges_scraped(samples) == gauges_of_database()
+    assert total(samples, "agentops_collector_up", source="database") == 1
+    assert total(samples, "agentops_collector_up", source="redis") == 1
+    assert total(samples, "agentops_queue_jobs") == 0
+    assert total(samples, "agentops_tasks_runnable_untaken") == 0
+    # The worker and the sweeper showed they were working, in their own processes.
+    beats = by(samples, "agentops_heartbeat_timestamp_seconds", "process")
+    assert set(beats) >= {("worker",), ("sweeper",)}
+    now = collector.db_now().timestamp()
+    assert all(now - beat < 60 for beat in beats.values()), beats
+
+
+def test_the_gauges_read_only_what_an_index_serves() -> None:
+    """Each query behind the gauges, planned with sequential scans switched off, still needs
+    none: an index serves it, however long the history grows."""
+    with CaptureQueriesContext(connection) as queries:
+        now = collector.db_now()
+        list(collector.task_gauges(now))
+        list(collector.step_gauges(now))
+        list(collector.approval_gauges(now))
+    journal = [q["sql"] for q in queries.captured_queries if "journal_" in q["sql"]]
+    assert len(journal) >= 4, journal
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        try:
+            for sql in journal:
+                cursor.execute(f"EXPLAIN {sql}")
+                plan = "\n".join(row[0] for row in cursor.fetchall())
+                assert "Seq Scan" not in plan, f"{sql}\n{plan}"
+        finally:
+            cursor.execute("RESET enable_seqscan")
+
+
+# --- logs that join up ---------------------------------------------------------------------
+
+
+def test_a_workers_line_about_a_step_is_json_with_its_task_key_tool_and_state(
+    fleet: Fleet,
+) -> None:
+    worker = fleet.worker(LOG_FORMAT="json")
+    task = finished(task_start(kind="renewal", goal="renew", refs=renewal_refs(invoice())))
+    charge = Step.objects.get(task=task, tool="charge_customer")
+    log = fleet.logs / f"rqworker-{fleet.procs.index(worker)}.log"
+
+    def about_the_charge() -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        return [line for line in lines if line.get("step_key") == charge.key]
+
+    lines = wait_for(about_the_charge, timeout=10, what="the worker's lines about the charge")
+    settled = [line for line in lines if line.get("event") == "settled"]
+    assert settled, lines
+    line = settled[0]
+    assert line["task_id"] == str(task.pk)
+    assert line["step_key"] == charge.key
+    assert (line["tool"], line["state"]) == ("charge_customer", "done")
+    assert line["level"] == "INFO" and line["logger"] == "agentops.steps"
+    assert charge.key in line["message"]
