@@ -8,6 +8,7 @@
   counters moved by exactly what the journal says happened, and the gauges equal the
   database's counts: parsed with prometheus_client's own parser, from the worker's files
   (multiprocess mode);
+- a provider's reports are counted as applied, unchanged or conflict once committed;
 - every query behind the gauges can be answered through an index;
 - a worker's line about a step is one JSON object naming the task, the step's key, its tool
   and its state.
@@ -37,6 +38,7 @@ from journal.models import Approval, ApprovalState, Attention, Entry, EntryKind,
 from tests.agentops.test_business_effects import renewal_refs
 from tests.agentops.test_runner import finished
 from tests.agentops.test_sagas import ended, trip_refs
+from tests.agentops.test_webhooks import SECRET, event, pending_step, post, sign
 from tests.agentops.workers import Fleet
 from tests.journal.support import invoice
 from tests.sandbox.fixtures import SandboxHandle, wait_for
@@ -351,3 +353,39 @@ def test_a_workers_line_about_a_step_is_json_with_its_task_key_tool_and_state(
     assert (line["tool"], line["state"]) == ("charge_customer", "done")
     assert line["level"] == "INFO" and line["logger"] == "agentops.steps"
     assert charge.key in line["message"]
+
+
+# --- a provider's reports ------------------------------------------------------------------
+
+
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_a_providers_reports_are_counted_as_applied_unchanged_or_conflict() -> None:
+    before = scrape()
+    step = pending_step()
+    for kind, status in [
+        ("payment_intent.succeeded", "succeeded"),  # settles it: applied
+        ("payment_intent.succeeded", "succeeded"),  # another event saying so: unchanged
+        ("payment_intent.payment_failed", "requires_payment_method"),  # contradicts: conflict
+    ]:
+        payload = event(kind, step, status=status)
+        assert post(payload, sign(payload)).status_code == 200
+    other = pending_step()
+    payload = event("payment_intent.succeeded", other, status="succeeded", amount=1)
+    assert post(payload, sign(payload)).status_code == 200  # not the step's amount: conflict
+    after = scrape()
+    reports = moved(
+        by(after, "agentops_webhook_reports_total", "provider", "outcome"),
+        by(before, "agentops_webhook_reports_total", "provider", "outcome"),
+    )
+    assert reports == {
+        ("stripe", "applied"): 1,
+        ("stripe", "unchanged"): 1,
+        ("stripe", "conflict"): 2,
+    }
+    steps = moved(
+        by(after, "agentops_steps_total", "tool", "outcome"),
+        by(before, "agentops_steps_total", "tool", "outcome"),
+    )
+    assert steps == {("charge_customer", "done"): 1}
+    assert Step.objects.get(pk=step.pk).state == "done"
+    assert Step.objects.get(pk=other.pk).state == "pending"
