@@ -41,7 +41,8 @@ def test_valid_charge_arguments_pass_and_guard_the_invoice() -> None:
 
 def test_every_tool_declares_what_the_journal_needs() -> None:
     tools = tool_registry()
-    assert set(tools) == {
+    # The shipped kinds' (other installed apps bring theirs: examples/support)
+    assert set(tools) >= {
         "charge_customer",
         "refund_charge",
         "send_email",
