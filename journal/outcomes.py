@@ -72,7 +72,9 @@ OBJECT_MISSING_CODES = frozenset({"resource_missing"})
 # Never sent because of something that will not pass by itself: a name that does not resolve,
 # a certificate that does not verify. Retried like any request that never left, then, if it
 # persists, our side is misconfigured.
-PERSISTENT_NOT_SENT = frozenset({"NameResolutionError", "gaierror", "SSLCertVerificationError"})
+PERSISTENT_NOT_SENT = frozenset(
+    {"NameResolutionError", "gaierror", "SSLCertVerificationError", "InvalidURL"}
+)
 
 
 @dataclass(frozen=True)

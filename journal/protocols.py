@@ -196,6 +196,8 @@ class StepFact:
     settled_at: datetime | None = None
     refused_by: str = ""
     """For a guard's refusal: the key of the step that stood in its way ("" when unknown)."""
+    first_evidence: Mapping[str, Any] = field(default_factory=dict)
+    """For an "already done" refusal: the evidence of the effect that was done first."""
     misconfigured: bool = False
     """``not_done`` because the provider refused *us* (a key, an address), not the action."""
 

@@ -54,6 +54,7 @@ def task_facts_of(*, task: Task, steps: Iterable[Step]) -> TaskFacts:
                 transient=s.state == StepState.NOT_DONE and bool(s.outcome.get("transient")),
                 settled_at=s.settled_at,
                 refused_by=str(s.outcome.get("refused_by") or "") if s.refusal else "",
+                first_evidence=dict(s.outcome.get("first_evidence") or {}) if s.refusal else {},
                 misconfigured=s.state == StepState.NOT_DONE
                 and bool(s.outcome.get("misconfigured")),
             )

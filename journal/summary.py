@@ -27,7 +27,9 @@ def evidence_label(evidence: Mapping[str, Any]) -> str:
     for name in EVIDENCE_NAMES:
         if evidence.get(name):
             return f"{name} {evidence[name]}"
-    return "no evidence recorded"
+    # A tool of an app names its evidence its own way: its first field that has a value.
+    named = next((k for k, v in evidence.items() if v not in (None, "", [], {})), None)
+    return f"{named} {evidence[named]}" if named is not None else "no evidence recorded"
 
 
 def superseded(steps: Sequence[StepFact]) -> set[int]:

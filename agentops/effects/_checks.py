@@ -72,6 +72,17 @@ def tool_problems(tool: Tool, known: set[str]) -> list[CheckMessage]:
                         id="agentops.W105",
                     )
                 )
+    base = getattr(tool, "base_setting", "")
+    if base and not str(getattr(settings, base, "") or "").strip():
+        # A warning, not an error: an app installed for some kinds may leave others' providers
+        # unset. Their calls are refused as ours (never sent: a person fixes the setting).
+        out.append(
+            Warning(
+                f"tool {name}: {base} is not set, so it has no provider to call",
+                hint=f"Set {base} to the provider's address (a sandbox's in development).",
+                id="agentops.W117",
+            )
+        )
     if tool.cost == CostClass.READ and (tool.compensation or tool.irreversible):
         out.append(_error(f"tool {name} is a READ: it has nothing to undo", "", 6))
     if tool.compensation is not None and tool.compensation not in known:

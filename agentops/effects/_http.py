@@ -42,6 +42,10 @@ def observe_exception(exc: BaseException) -> NotSent | Interrupted:
     """
     message = str(exc)[:500]
     for link in _causes(exc):
+        if isinstance(link, requests.exceptions.MissingSchema | requests.exceptions.InvalidURL):
+            # No address at all (an unset setting): nothing could have been sent.
+            return NotSent("InvalidURL", message)
+    for link in _causes(exc):
         if isinstance(
             link,
             requests.ConnectTimeout

@@ -439,14 +439,15 @@ class KindRules:
         if cap is None:
             return Refused(
                 Refusal.LIMIT,
-                f"refused: a {self.kind.name} task may not charge in {currency}; nothing was sent",
+                f"refused: a {self.kind.name} task may not move money in {currency}; nothing "
+                "was sent",
             )
         remaining = cap - money_committed(facts, currency, self.tools)
         if amount > remaining:
             return Refused(
                 Refusal.LIMIT,
                 f"refused: amount {amount} ({money_text(amount, currency)}) exceeds what this "
-                f"task may still charge: {money_text(remaining, currency)} of its limit of "
+                f"task may still move: {money_text(remaining, currency)} of its limit of "
                 f"{money_text(cap, currency)}; nothing was sent",
                 {"cap": cap, "remaining": remaining},
             )

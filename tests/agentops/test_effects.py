@@ -143,3 +143,33 @@ def test_a_name_declared_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
     effects.register_tool(Fine)
     effects.register_tool(Fine)
     assert odd.problems == ["tool 'fine' is declared twice"]
+
+
+def test_a_provider_with_no_address_is_never_sent_to_and_is_ours_to_fix() -> None:
+    """An unset address (a setting left empty) is not "may have processed it": nothing could
+    have left, and no retry will help until a person sets it."""
+    import requests
+
+    from journal.outcomes import classify
+
+    seen = effects.observe_exception(requests.exceptions.MissingSchema("No scheme supplied"))
+    assert isinstance(seen, effects.NotSent) and seen.error_class == "InvalidURL"
+    outcome = classify(seen, earlier_attempt=False)
+    assert outcome.state == "not_done" and outcome.data["misconfigured"] is True
+
+
+def test_an_http_tool_whose_address_is_unset_is_warned_about_at_start_up() -> None:
+    class Unset(effects.HttpTool):
+        name = "unset"
+        description = "Post somewhere."
+        schema = {"type": "object", "properties": {}}
+        base_setting = "SUPPORT_API_BASE"
+        path = "/v1/things"
+        key_field = "reference"
+        lookup_path = "/v1/things"
+        evidence = ("id",)
+
+    with override_settings(SUPPORT_API_BASE=""):
+        assert "agentops.W117" in ids(Unset())
+    with override_settings(SUPPORT_API_BASE="http://127.0.0.1:9"):
+        assert "agentops.W117" not in ids(Unset())

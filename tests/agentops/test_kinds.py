@@ -59,13 +59,13 @@ def test_the_money_cap_is_per_currency_and_counts_what_may_have_been_charged() -
     over = check(rules, 101, "usd", history)
     assert isinstance(over, Refused) and over.code == "limit"
     assert (
-        f"amount 101 (1.01 USD) exceeds what this task may still charge: 1.00 USD of its limit "
+        f"amount 101 (1.01 USD) exceeds what this task may still move: 1.00 USD of its limit "
         f"of {money_text(cap, 'usd')}" in over.reason
     )
     assert isinstance(check(rules, 1, "eur", history), Refused)
     assert isinstance(check(rules, cap, "gbp", history), Bound)
     unknown = check(rules, 1, "jpy", history)
-    assert isinstance(unknown, Refused) and "may not charge in jpy" in unknown.reason
+    assert isinstance(unknown, Refused) and "may not move money in jpy" in unknown.reason
 
 
 def test_a_lease_shorter_than_a_tool_call_is_refused_at_start() -> None:

@@ -28,3 +28,11 @@ def test_a_task_fell_short_only_of_a_call_that_did_not_happen_never_of_an_unknow
     # A passing failure that a retry stands for is not a shortfall.
     retried = [fact(1, StepState.NOT_DONE, transient=True), fact(2, StepState.DONE, retries=1)]
     assert fell_short(retried) is False
+
+
+def test_an_app_s_own_evidence_names_its_effect() -> None:
+    from journal.summary import evidence_label
+
+    assert evidence_label({"credit": "cr_1", "status": "issued"}) == "credit cr_1"
+    assert evidence_label({"charge": "ch_1", "credit": "cr_1"}) == "charge ch_1"
+    assert evidence_label({"credit": None}) == "no evidence recorded"
