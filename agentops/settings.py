@@ -89,9 +89,12 @@ INSTALLED_APPS = [
     "agentops.operators",
     # The shipped task kinds (renewals, trips, reminders), an app on the public API.
     "commerce",
-    # The example to copy (examples/support): support goodwill, on the public API alone.
-    "examples.support",
 ]
+# The example to copy (examples/support: support goodwill, on the public API alone), with its
+# own stand-in provider. The demo (`make run`) and the tests install it; a deployment does not
+# carry an example's kind unless it asks for it.
+if _env_bool("AGENTOPS_EXAMPLES", False):
+    INSTALLED_APPS.append("examples.support")
 # The development tools (devtools/: the chaos run, the benchmark) are not shipped; their
 # commands (`manage.py chaos`, `manage.py bench`) exist only where this is set, as the
 # launcher's `chaos` and `bench` commands set it. A production process never imports them.

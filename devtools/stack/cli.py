@@ -74,6 +74,7 @@ def cmd_run() -> int:
     env.setdefault("DJANGO_HTTPS", "0")
     env["PYTHONUNBUFFERED"] = "1"
     env.pop(DEVTOOLS_VARIABLE, None)  # production: no development tools
+    env.setdefault("AGENTOPS_EXAMPLES", "1")  # the demo shows the example app too
     web_port = env_port("AGENTOPS_WEB_PORT", 8000)
     watched: list[tuple[str, Popen]] = []
     cleanup = contextlib.ExitStack()
@@ -337,6 +338,7 @@ def cmd_manage(args: Sequence[str]) -> int:
     The credentials come from var/secrets (owner-only), through the environment.
     """
     env = dict(os.environ)
+    env.setdefault("AGENTOPS_EXAMPLES", "1")  # as `run` serves it
     secrets_dir = base.VAR / "secrets"
     needed = {
         "DATABASE_URL": secrets_dir / f"postgres-{APP_ROLE}",
