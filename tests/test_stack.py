@@ -59,9 +59,13 @@ def test_server_data_logs_and_secrets_are_readable_by_their_owner_only() -> None
         str(path.relative_to(root))
         for path in [root, *root.rglob("*")]
         if "packages" not in path.relative_to(root).parts  # linked binaries, not data
+        # The processes' metrics files (prometheus-client makes them by the umask): counts,
+        # no secret, in a directory only its owner may enter (checked below).
+        and "prometheus" not in path.relative_to(root).parts[:1]
         and _open_to_others(path)
     ]
     assert exposed == []
+    assert stat.S_IMODE(os.lstat(root / "prometheus").st_mode) == 0o700
     for name in ("postgres.log", "redis.log"):
         assert stat.S_IMODE(os.lstat(root / name).st_mode) == 0o600
     for secret in (root / "secrets").iterdir():
