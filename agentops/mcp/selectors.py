@@ -33,9 +33,10 @@ ADVANCING = (TaskStatus.RUNNABLE, TaskStatus.WAITING, TaskStatus.AWAITING_APPROV
 
 @dataclass(frozen=True)
 class Answer:
-    """One effect's outcome as the agent is told it (``wire`` renders it)."""
+    """One effect's outcome as the agent is told it (``wire`` renders it, ``state`` as the
+    wire's ``status``)."""
 
-    status: Status
+    state: Status
     reason: str
     intent: str | None = None
     object: str | None = None
@@ -80,7 +81,7 @@ def step_answer(step: Step, task: Task | None = None) -> Answer:
     unknown (in flight, or being looked up) with what is checked and when."""
     task = task or step.task
     base = Answer(
-        status="unknown",
+        state="unknown",
         reason=step.detail,
         object=step.guard,
         reference=step.key,
@@ -96,7 +97,7 @@ def step_answer(step: Step, task: Task | None = None) -> Answer:
             undone = f"; later undone by {undo.tool} ({undo.key})" if undo else "; later undone"
         return replace(
             base,
-            status="done",
+            state="done",
             evidence=step.evidence,
             at=step.settled_at,
             reason=f"{step.detail or 'done'}{undone}",
@@ -116,7 +117,7 @@ def step_answer(step: Step, task: Task | None = None) -> Answer:
                 expected_at=task.wake_at if task.status == TaskStatus.WAITING else None,
                 waiting_for=waits,
             )
-        return replace(base, status="not_done", at=step.settled_at)
+        return replace(base, state="not_done", at=step.settled_at)
     # In flight or unknown: it may have happened.
     timed_out = _first_error(step) in TIMEOUTS
     if step.state == StepState.PENDING:
@@ -162,7 +163,7 @@ def object_answer(*, key: str, label: str, task_id: UUID | None) -> Answer:
     if standing is not None:
         return step_answer(standing)
     if task_id is None:
-        return Answer(status="not_done", object=label, reason=f"nothing was done for {label}")
+        return Answer(state="not_done", object=label, reason=f"nothing was done for {label}")
     task = Task.objects.get(pk=task_id)
     mine = (
         Step.objects.filter(task_id=task_id, guard_key=key, kind=StepKind.CALL)
@@ -172,7 +173,7 @@ def object_answer(*, key: str, label: str, task_id: UUID | None) -> Answer:
     if mine is not None:
         return step_answer(mine, task)
     where = Answer(
-        status="unknown", object=label, task=str(task.pk), task_status=task.status, reason=""
+        state="unknown", object=label, task=str(task.pk), task_status=task.status, reason=""
     )
     if task.status in ADVANCING:
         return replace(
@@ -191,7 +192,7 @@ def object_answer(*, key: str, label: str, task_id: UUID | None) -> Answer:
     said = finish.detail if finish is not None else task.attention
     return replace(
         where,
-        status="not_done",
+        state="not_done",
         reason=f"task {task.pk} ended ({task.status}) without attempting it: {said}",
     )
 

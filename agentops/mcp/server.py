@@ -96,7 +96,7 @@ def _client_key(params: types.CallToolRequestParams, ctx: ServerRequestContext[A
 
 def _refusal(reason: str, code: str = "invalid_arguments") -> types.CallToolResult:
     return wire.result(
-        selectors.Answer(status="not_done", refused=code, reason=f"{reason}; nothing was done")
+        selectors.Answer(state="not_done", refused=code, reason=f"{reason}; nothing was done")
     )
 
 
@@ -168,7 +168,7 @@ def build_server(*, client: str | None = None) -> Server[Any]:
             if checked is None:
                 return wire.result(
                     selectors.Answer(
-                        status="not_done",
+                        state="not_done",
                         refused="unknown_reference",
                         object=None,
                         reason=f"agentops has recorded no effect, intent or key named "

@@ -162,7 +162,7 @@ class ReadTools:
 
 def _refused(code: str, reason: str, asked: Asked | None = None) -> Answer:
     return Answer(
-        status="not_done",
+        state="not_done",
         refused=code,
         reason=f"{reason}; nothing was done",
         object=asked.object if asked else None,
@@ -310,6 +310,6 @@ def intent_wait(*, row_id: int, wait: float) -> Answer:
     while True:
         answer = intent_answer(row=IntentKey.objects.get(pk=row_id))
         left = deadline - time.monotonic()
-        if answer.status != "unknown" or left <= 0:
+        if answer.state != "unknown" or left <= 0:
             return answer
         time.sleep(min(POLL_SECONDS, left))

@@ -225,7 +225,7 @@ def _said(at: datetime | None) -> str:
 
 def structured(answer: Answer) -> dict[str, Any]:
     return {
-        "status": answer.status,
+        "status": answer.state,
         "reason": answer.reason,
         "intent": answer.intent,
         "tool": answer.tool,
@@ -233,7 +233,7 @@ def structured(answer: Answer) -> dict[str, Any]:
         "reference": answer.reference,
         "task": answer.task,
         "task_status": answer.task_status,
-        "evidence": dict(answer.evidence) if answer.status == "done" else {},
+        "evidence": dict(answer.evidence) if answer.state == "done" else {},
         "at": _when(answer.at),
         "expected_at": _when(answer.expected_at),
         "waiting_for": answer.waiting_for,
@@ -265,7 +265,7 @@ def text(answer: Answer) -> str:
     )
     if answer.refused:
         return f"not_done — {answer.reason}."
-    if answer.status == "done":
+    if answer.state == "done":
         proof = _evidence_text(answer.evidence)
         return (
             f"done — {what} happened"
@@ -273,7 +273,7 @@ def text(answer: Answer) -> str:
             + f" on {_said(answer.at)}; reference {answer.reference}, task {answer.task}. "
             "It will not be done again: asking again returns this same answer."
         )
-    if answer.status == "not_done":
+    if answer.state == "not_done":
         return (
             f"not_done — {what} did not happen: {answer.reason}"
             + (f" (reference {answer.reference})" if answer.reference else "")
@@ -310,9 +310,9 @@ def effects_result(reference: str, effects: Iterable[Effect]) -> types.CallToolR
     lines = [f"{len(found)} effect(s) recorded for {reference}, newest first:"]
     for e in found:
         a = e.answer
-        proof = _evidence_text(a.evidence) if a.status == "done" else a.reason
+        proof = _evidence_text(a.evidence) if a.state == "done" else a.reason
         lines.append(
-            f"- {a.status}: {a.tool} on {a.object or '-'} ({proof}); {_said(a.at)}; "
+            f"- {a.state}: {a.tool} on {a.object or '-'} ({proof}); {_said(a.at)}; "
             f"reference {a.reference}"
         )
     if not found:
