@@ -30,6 +30,7 @@ from agentops.runner import task_policy, task_start
 from agentops.tools import tool_registry
 from agentops.workers import AgentopsJob, AgentopsWorker
 from devtools.chaos.audit import audit_journal, audit_naive
+from devtools.chaos.figures import readme_block, render, runs_load
 from devtools.chaos.ledgers import Ledgers, business_duplicates, by_cause
 from devtools.chaos.model import (
     FORGET,
@@ -56,6 +57,7 @@ from devtools.chaos.report import MUST_BE_ZERO, verdict
 from devtools.chaos.run import ChaosRefused, chaos_run
 from devtools.chaos.truth import Claim, summaries_untrue, summary_claims
 from devtools.management.commands.chaos import Command
+from devtools.process import REPO
 from journal.models import Step
 from journal.outcomes import StepState
 from journal.protocols import Call, Refusal, StepFact, TaskFacts
@@ -548,6 +550,19 @@ def test_a_run_does_not_share_its_queue_with_other_workers(tmp_path: Path) -> No
     finally:
         other.register_death()
     assert not (tmp_path / "logs").exists()  # nothing was started
+
+
+def test_the_readme_s_chaos_figures_are_the_runs_own() -> None:
+    runs = runs_load()
+    assert {(r["harness"], r["seed"]) for r in runs} == {
+        (h, n) for h in ("safe", "naive") for n in (1, 2, 3, 4, 5)
+    }
+    assert readme_block((REPO / "README.md").read_text()) == render(runs), (
+        "README.md's chaos figures are not docs/chaos/*.json's: run "
+        "`.venv/bin/python -m devtools.chaos.figures --write README.md`"
+    )
+    for run in runs:
+        assert run["ok"] is (run["harness"] == "safe"), (run["harness"], run["seed"])
 
 
 @pytest.mark.stack("postgres", "redis")  # the run restarts both

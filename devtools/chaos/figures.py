@@ -1,0 +1,192 @@
+"""The README's chaos figures, rendered from the runs' own output: measured, never typed.
+
+Each run of ``make chaos CHAOS_ARGS="--seed N --harness H --out docs/chaos/figures-seed-N-H.json"``
+writes its figures (the JSON object ``--json`` prints) to ``docs/chaos/``. This module turns
+those files into the tables of the README's section "Proof: the chaos run" → "Figures":
+
+    python -m devtools.chaos.figures                    # print the tables
+    python -m devtools.chaos.figures --write README.md  # put them between the markers
+    python -m devtools.chaos.figures --check README.md  # exit 1 if the README differs
+
+A test (tests/agentops/test_chaos.py) checks that the README holds exactly what the files
+say. Pure: JSON in, Markdown out; no Django.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+FIGURES_DIR = Path(__file__).resolve().parents[2] / "docs" / "chaos"
+BEGIN = "<!-- chaos figures: begin (python -m devtools.chaos.figures --write README.md) -->"
+END = "<!-- chaos figures: end -->"
+HARNESSES = ("safe", "naive")
+
+Run = Mapping[str, Any]
+
+
+def runs_load(directory: Path = FIGURES_DIR) -> list[Run]:
+    """Every run's figures in ``directory``, safe before naive, by seed."""
+    runs = [json.loads(path.read_text()) for path in sorted(directory.glob("figures-*.json"))]
+    return sorted(runs, key=lambda r: (HARNESSES.index(r["harness"]), r["seed"]))
+
+
+def _bold(name: str) -> str:
+    return f"**{name}**"
+
+
+def _unwound(run: Run) -> Any:
+    """Trips compensated because a slip was refused as a saga cannot take back (safe only:
+    the naive loop has no such refusal)."""
+    return run["model_slips"].get("sagas_unwound", 0) if run["harness"] == "safe" else "—"
+
+
+def _refused(slips: Mapping[str, int]) -> int:
+    return sum(v for k, v in slips.items() if k.startswith("refused:"))
+
+
+Row = tuple[str, Callable[[Run], Any]]
+_SLIPS = ("rephrase", "neighbour", "forget")
+
+ROWS: Sequence[Row] = (
+    ("seed", lambda r: r["seed"]),
+    ("tasks (asked twice on purpose)", lambda r: f"{r['tasks']} ({r['world']['asked_twice']})"),
+    ("intended effects", lambda r: r["intended_effects"]),
+    ("provider effects", lambda r: r["provider_effects"]),
+    (_bold("duplicates"), lambda r: r["duplicates"]),
+    (_bold("business_duplicates"), lambda r: r["business_duplicates"]),
+    ("… from faults", lambda r: r["business_duplicates_by_cause"]["from_faults"]),
+    ("… asked twice", lambda r: r["business_duplicates_by_cause"]["asked_twice"]),
+    ("… wrong object", lambda r: r["business_duplicates_by_cause"]["wrong_object"]),
+    (_bold("lost"), lambda r: r["lost"]),
+    (_bold("unknown_open"), lambda r: r["unknown_open"]),
+    (_bold("needs_human"), lambda r: r["needs_human"]),
+    (_bold("dropped_intents"), lambda r: r["dropped_intents"]),
+    (_bold("untrue_summaries"), lambda r: r["untrue_summaries"]),
+    (_bold("compensation_mismatch"), lambda r: r["compensation_mismatch"]),
+    (
+        _bold("journal_mismatch"),
+        lambda r: "—" if r["journal_mismatch"] is None else r["journal_mismatch"],
+    ),
+    ("model slips", lambda r: sum(r["model_slips"].get(k, 0) for k in _SLIPS)),
+    ("… refused, nothing sent", lambda r: _refused(r["model_slips"])),
+    ("… trips unwound after one", _unwound),
+    (
+        "approvals (approved / rejected)",
+        lambda r: f"{r['approvals'].get('approved', 0)} / {r['approvals'].get('rejected', 0)}",
+    ),
+    ("outcomes: finished", lambda r: r["outcomes"].get("finished", 0)),
+    ("outcomes: compensated", lambda r: r["outcomes"].get("compensated", 0)),
+    ("faults injected", lambda r: sum(r["faults_injected"].values())),
+    ("Stripe library retries", lambda r: r["world"]["stripe_max_network_retries"]),
+    ("wall (s)", lambda r: f"{r['wall_s']:.1f}"),
+    ("exit status", lambda r: 0 if r["ok"] else 1),
+)
+
+
+def table_main(runs: Sequence[Run]) -> str:
+    head = "| | " + " | ".join(r["harness"] for r in runs) + " |"
+    rule = "|---|" + "---|" * len(runs)
+    lines = [head, rule]
+    for name, value in ROWS:
+        lines.append(f"| {name} | " + " | ".join(str(value(r)) for r in runs) + " |")
+    return "\n".join(lines)
+
+
+RECOVERY = (
+    ("latency_before_effect", "latency_before_effect"),
+    ("drop_after_effect", "drop_after_effect"),
+    ("error_500_before", "error_500_before"),
+    ("error_500_after", "error_500_after"),
+    ("conflict", "conflict (409)"),
+    ("rate_limit", "rate_limit (429)"),
+    ("reset_before_read", "reset_before_read"),
+    ("provider_down", "provider_down"),
+    ("worker_sigkill", "worker_sigkill"),
+    ("worker_killed_", "worker_killed_before/during/after_call"),
+    ("worker_sigstop", "worker_sigstop (past the lease)"),
+    ("redis_restart", "redis_restart"),
+    ("postgres_restart", "postgres_restart"),
+)
+
+
+def _pooled(runs: Sequence[Run], prefix: str) -> list[str]:
+    """Hits, p50 (the median of the runs' medians), max and never, over ``runs``."""
+    rows = [
+        v
+        for r in runs
+        for kind, v in r["recovery_s"].items()
+        if kind == prefix or (prefix.endswith("_") and kind.startswith(prefix))
+    ]
+    if not rows:
+        return ["—"] * 4
+    medians = [v["p50"] for v in rows if v["p50"] is not None]
+    maxima = [v["max"] for v in rows if v["max"] is not None]
+    return [
+        str(sum(v["n"] for v in rows)),
+        f"{statistics.median(medians):.1f}" if medians else "—",
+        f"{max(maxima):.1f}" if maxima else "—",
+        str(sum(v["never"] for v in rows)),
+    ]
+
+
+def table_recovery(runs: Sequence[Run]) -> str:
+    lines = [
+        "| fault | safe: hits | p50 | max | never | naive: hits | p50 | max | never |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind, name in RECOVERY:
+        cells = []
+        for harness in HARNESSES:
+            cells += _pooled([r for r in runs if r["harness"] == harness], kind)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render(runs: Sequence[Run]) -> str:
+    """The README's block: both tables, between the markers."""
+    seeds = sorted({r["seed"] for r in runs})
+    return "\n\n".join(
+        [
+            BEGIN,
+            table_main(runs),
+            f"Recovery, seeds {', '.join(map(str, seeds))} pooled (p50: the median of the "
+            "runs' medians; seconds):",
+            table_recovery(runs),
+            END,
+        ]
+    )
+
+
+def readme_block(text: str) -> str:
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[start:end]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=FIGURES_DIR)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", type=Path, metavar="README", help="replace the block there")
+    group.add_argument("--check", type=Path, metavar="README", help="exit 1 if it differs")
+    options = parser.parse_args(argv)
+    block = render(runs_load(options.dir))
+    if options.write is not None:
+        text = options.write.read_text()
+        options.write.write_text(text.replace(readme_block(text), block))
+    elif options.check is not None:
+        if readme_block(options.check.read_text()) != block:
+            print(f"{options.check}: the chaos figures differ from {options.dir}", file=sys.stderr)
+            return 1
+    else:
+        print(block)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
