@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from journal import protocols
+from journal.keys import same_object
 from journal.models import Approval, ApprovalState, Attention, Step, TaskStatus
 from journal.outcomes import LIVE_STATES, StepState
 from journal.policy import Policy
@@ -379,7 +380,37 @@ def _saga_step_failed(facts: TaskFacts) -> str | None:
     last = facts.steps[-1]
     if last.state != StepState.NOT_DONE or last.refusal in CORRECTABLE:
         return None
+    if last.refusal and _repeats_own_effect(facts, last):
+        # The model asked again for what this saga already did (its context was cleared,
+        # it rephrased): the refusal says "done", not "cannot happen". Nothing to undo for
+        # it; the planner is asked again, knowing.
+        return None
     return f"step {last.key} ({last.tool}) did not happen: {last.detail}"
+
+
+def _repeats_own_effect(facts: TaskFacts, refused: StepFact) -> bool:
+    """Whether a refused call asked for an effect this task already made and still holds:
+    refused because the object's once-only effect stands with this task's own step, or the
+    same tool on the same object (or with the same arguments) as a done step of its own."""
+    own = [
+        s
+        for s in facts.steps
+        if s.n != refused.n
+        and s.state == StepState.DONE
+        and not s.offset
+        and s.tool == refused.tool
+    ]
+    if refused.refused_by and any(s.key == refused.refused_by for s in own):
+        return True
+    return any(
+        s.args == refused.args
+        or (
+            refused.guard is not None
+            and s.guard is not None
+            and same_object(s.guard, refused.guard)
+        )
+        for s in own
+    )
 
 
 def _misconfigured(facts: TaskFacts, policy: Policy) -> StepFact | None:

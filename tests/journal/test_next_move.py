@@ -435,6 +435,24 @@ CASES = [
         saga=True,
     ),
     row(
+        "saga, its own effect asked for again (refused already done by itself): ask again",
+        AskPlanner(),
+        steps=[
+            HOLD,
+            fact(2),
+            fact(3, NOT_DONE, refusal=Refusal.ALREADY_DONE, refused_by="ao:t:2", detail="done"),
+        ],
+        saga=True,
+        asked=["approval"],
+    ),
+    row(
+        "saga, its own charge asked for again and refused over the cap: ask again",
+        AskPlanner(),
+        steps=[HOLD, fact(2), fact(3, NOT_DONE, refusal=Refusal.LIMIT, detail="over the cap")],
+        saga=True,
+        asked=["approval"],
+    ),
+    row(
         "saga, a refusal the planner can put right: ask it",
         AskPlanner(),
         steps=[HOLD, fact(2, NOT_DONE, refusal=Refusal.NOT_THIS_TASKS, detail="not INV-2")],
