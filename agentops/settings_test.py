@@ -9,6 +9,9 @@ os.environ.setdefault("DJANGO_DEBUG", "1")
 # The example app (examples/support) is tested like the shipped kinds, and the processes the
 # tests start (workers, gunicorn) inherit the switch.
 os.environ.setdefault("AGENTOPS_EXAMPLES", "1")
+# Its provider's address, for the start-up checks: a port where nothing listens (the tests
+# that use the support provider point this at the sandbox they start).
+os.environ.setdefault("SUPPORT_API_BASE", "http://127.0.0.1:9")
 # Metrics in multiprocess mode, as in production, so the workers a test starts report to the
 # /metrics it reads. scripts/stack.py test gives every run a fresh directory; a run without
 # it gets one here. prometheus_client reads the variable when first imported: it must be set

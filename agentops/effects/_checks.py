@@ -73,7 +73,8 @@ def tool_problems(tool: Tool, known: set[str]) -> list[CheckMessage]:
                     )
                 )
     base = getattr(tool, "base_setting", "")
-    if base and not str(getattr(settings, base, "") or "").strip():
+    unset = base and not str(getattr(settings, base, "") or "").strip()
+    if unset and not getattr(tool, "default_base", ""):
         # A warning, not an error: an app installed for some kinds may leave others' providers
         # unset. Their calls are refused as ours (never sent: a person fixes the setting).
         out.append(

@@ -40,6 +40,9 @@ class HttpTool(Tool):
     """
 
     base_setting: ClassVar[str]
+    default_base: ClassVar[str] = ""
+    """The provider's own address, used when the setting is empty (Stripe's, for a tool of
+    the real Stripe): then an empty setting means "the real one", not "not configured"."""
     api_key_setting: ClassVar[str] = ""
     method: ClassVar[str] = "POST"
     path: ClassVar[str]
@@ -59,7 +62,7 @@ class HttpTool(Tool):
     # -- the call ------------------------------------------------------------------------
 
     def url(self, path: str, args: Mapping[str, Any]) -> str:
-        base = str(getattr(settings, self.base_setting)).rstrip("/")
+        base = str(getattr(settings, self.base_setting) or self.default_base).rstrip("/")
         return base + path.format(**{k: v for k, v in args.items() if isinstance(v, str)})
 
     def body(self, args: Mapping[str, Any], *, key: str) -> dict[str, Any]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
-
 from agentops.effects import NO_CONTROL, CostClass, HttpTool, Observation, Reply, http_call
 
 # The invoice numbers a renewal takes (commerce.kinds.INVOICE), so a number can never close
@@ -37,16 +35,13 @@ class LookUpInvoice(HttpTool):
     }
     cost = CostClass.READ
     base_setting = "STRIPE_API_BASE"
+    default_base = "https://api.stripe.com"  # Stripe itself when unset, as for the library
     api_key_setting = "STRIPE_API_KEY"
     method = "GET"
     path = "/v1/invoices/search"
     body_args = False
     evidence = ("id",)
     keep = ("number", "amount_due", "currency", "customer", "customer_email", "status")
-
-    def url(self, path: str, args: Mapping[str, Any]) -> str:
-        # Stripe itself when STRIPE_API_BASE is unset, as for the stripe library.
-        return str(settings.STRIPE_API_BASE or "https://api.stripe.com").rstrip("/") + path
 
     def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
         seen = http_call(

@@ -36,6 +36,13 @@ def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_check_deploy_is_clean_with_production_settings() -> None:
+    # A deployment names its providers (the shipped kinds' mail and bookings APIs, and the
+    # example's, which the tests install): without them the start-up checks warn (W117).
+    providers = {
+        "MAIL_API_BASE": "https://mail.example.com",
+        "BOOKINGS_API_BASE": "https://bookings.example.com",
+        "SUPPORT_API_BASE": "https://support.example.com",
+    }
     result = _manage(
         "check",
         "--deploy",
@@ -43,9 +50,24 @@ def test_check_deploy_is_clean_with_production_settings() -> None:
         "WARNING",
         DJANGO_DEBUG="0",
         DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        **providers,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_a_provider_left_unset_is_warned_about_at_start_up() -> None:
+    result = _manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        BOOKINGS_API_BASE="",
+    )
+    assert result.returncode != 0
+    assert "agentops.W117" in result.stderr and "BOOKINGS_API_BASE is not set" in result.stderr
 
 
 def test_production_settings_refuse_to_start_without_a_secret() -> None:
