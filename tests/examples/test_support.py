@@ -344,3 +344,14 @@ def test_the_readmes_tool_in_40_lines_works_as_written(
         and f"already done: issue_credit for {ticket} (id {first_credit})" in told
     )
     assert len(credits(desk, ticket)) == 1
+
+
+def test_the_main_readme_shows_the_same_tested_40_lines() -> None:
+    root = Path(__file__).parents[2]
+    pattern = r"### Your own tool in 40 lines.*?```python\n(.*?)```"
+    ours = re.search(
+        pattern.replace("###", "##"), (root / "examples/support/README.md").read_text(), re.S
+    )
+    main = re.search(pattern, (root / "README.md").read_text(), re.S)
+    assert ours is not None and main is not None
+    assert main.group(1) == ours.group(1)
