@@ -82,17 +82,26 @@ def http_call(
     params: Mapping[str, Any] | None = None,
     api_key: str = "",
     key_header: str = "Idempotency-Key",
+    content: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Observation:
     """One HTTP request to a JSON provider, reported as what it saw. ``key`` goes in
-    ``key_header``; a JSON body that is not an object is kept under ``data``."""
-    headers = {"Accept": "application/json"}
+    ``key_header``; a JSON body that is not an object is kept under ``data``. ``content`` is
+    sent as the body byte for byte (a signed body), with ``headers`` of its own."""
+    headers = {"Accept": "application/json", **(headers or {})}
     if key is not None:
         headers[key_header] = key
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     try:
         response = http_session().request(
-            method, url, json=json, params=params, headers=headers, timeout=timeout
+            method,
+            url,
+            json=json,
+            data=content,
+            params=params,
+            headers=headers,
+            timeout=timeout,
         )
     except requests.RequestException as exc:
         return observe_exception(exc)
