@@ -159,6 +159,27 @@ APP_COLUMNS: dict[str, Columns] = {
         updatable=(),
         frozen=("id", "client_id", "key", "intent_id", "args_digest", "created_at"),
     ),
+    # A notification (agentops/notifications): what is sent, under which key and until when,
+    # never changes; its attempts are recorded on it.
+    "agentops_notifications_delivery": Columns(
+        updatable=(
+            "state",
+            "attempts",
+            "next_attempt_at",
+            "last_attempt_at",
+            "last_status",
+            "detail",
+            "evidence",
+            "misconfigured",
+            "settled_at",
+        ),
+        frozen=("id", "task_id", "entry_id", "event", "key", "payload", "key_until", "created_at"),
+    ),
+    # How far the journal's entries were turned into notifications: one row, moved forward.
+    "agentops_notifications_deliverycursor": Columns(
+        updatable=("safe_entry_id", "seen_entry_id", "seen_xmax", "updated_at"),
+        frozen=("id",),
+    ),
 }
 
 # Apps whose every table must be listed in APP_COLUMNS.

@@ -6,6 +6,7 @@ from uuid import UUID
 
 from django.db import close_old_connections
 
+from agentops.notifications.services import delivery_attempt, notifications_after_run
 from agentops.runner import task_run
 
 
@@ -13,6 +14,17 @@ def run_task(task_id: str) -> str:
     # Workers run job after job in one process: never reuse a connection that went stale.
     close_old_connections()
     try:
-        return task_run(task_id=UUID(task_id)).stopped
+        stopped = task_run(task_id=UUID(task_id)).stopped
+        # A doorbell: the sweeper derives the same notifications if this is lost.
+        notifications_after_run(stopped=stopped)
+        return stopped
+    finally:
+        close_old_connections()
+
+
+def deliver_notification(delivery_id: int) -> str:
+    close_old_connections()
+    try:
+        return delivery_attempt(delivery_id=int(delivery_id))
     finally:
         close_old_connections()

@@ -87,6 +87,9 @@ INSTALLED_APPS = [
     "journal",
     "agentops",
     "agentops.operators",
+    # Notifications out: the agent builder's own endpoint told of tasks that need a person,
+    # await approval, finish or are compensated (agentops/notifications).
+    "agentops.notifications",
     # The shipped task kinds (renewals, trips, reminders), an app on the public API.
     "commerce",
 ]
@@ -344,6 +347,30 @@ API_RATE_LIMIT = int(os.environ.get("API_RATE_LIMIT", "120"))
 # How long an Idempotency-Key and the first answer to it are kept: a retry with the key
 # within this gets that answer replayed; after it, the key starts afresh.
 API_IDEMPOTENCY_TTL_SECONDS = int(os.environ.get("API_IDEMPOTENCY_TTL_SECONDS", "86400"))
+
+# Notifications out (agentops/notifications, README "Notifications"): NOTIFY_URL is told, by a
+# signed JSON POST, of each event in NOTIFY_EVENTS. Empty: nothing is sent, nor recorded.
+NOTIFY_URL = os.environ.get("NOTIFY_URL", "").strip()
+# The HMAC-SHA256 key of the Agentops-Signature header; required when NOTIFY_URL is set.
+NOTIFY_SECRET = os.environ.get("NOTIFY_SECRET", "")
+NOTIFY_EVENTS = tuple(
+    e.strip()
+    for e in os.environ.get(
+        "NOTIFY_EVENTS", "needs_human,awaiting_approval,finished,compensated"
+    ).split(",")
+    if e.strip()
+)
+# How long the receiver remembers an Idempotency-Key; a delivery is retried (same key) only
+# within 90 % of it, counted from the event.
+NOTIFY_KEY_LIFETIME_SECONDS = _env_float("NOTIFY_KEY_LIFETIME_SECONDS", 24 * 3600.0)
+# Seconds before each retry of a delivery whose answer was not a 2xx or a refusal; the last
+# repeats until the key's life ends.
+NOTIFY_RETRY_SCHEDULE = tuple(
+    float(s)
+    for s in os.environ.get("NOTIFY_RETRY_SCHEDULE", "5,30,120,600,1800,3600").split(",")
+    if s.strip()
+)
+NOTIFY_TIMEOUT_SECONDS = _env_float("NOTIFY_TIMEOUT_SECONDS", 5.0)
 
 # The MCP server (agentops/mcp, `manage.py mcp_server`). How long an intent's call waits for its
 # task to settle the effect before it answers with what is known (unknown, and being checked).

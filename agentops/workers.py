@@ -19,7 +19,9 @@ from agentops.telemetry import instruments
 # Every function a worker may run, by the dotted name RQ stores. Add new jobs here.
 # The job every ring enqueues (agentops.runner.task_ring): a task's run.
 RUN_JOB = "agentops.jobs.run_task"
-JOBS = frozenset({RUN_JOB})
+# A notification's attempt (agentops.notifications.services.delivery_ring).
+DELIVER_JOB = "agentops.jobs.deliver_notification"
+JOBS = frozenset({RUN_JOB, DELIVER_JOB})
 
 # The ``manage.py`` arguments that start one worker: the default queue, the scheduler that
 # rings delayed doorbells, JSON jobs only.

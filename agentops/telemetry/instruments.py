@@ -69,6 +69,23 @@ WEBHOOK_REPORTS = Counter(
     ["provider", "outcome"],
     registry=REGISTRY,
 )
+NOTIFICATIONS = Counter(
+    "agentops_notifications",
+    "Notifications to NOTIFY_URL (agentops/notifications) by event and how they ended, counted "
+    "once each when they stop being tried: done (the receiver answered 2xx), not_done (it "
+    "refused, or it could never be sent while the key lived), misconfigured (it refused us: "
+    "401, 403, 404, 421: the secret or the address), unknown (given up when the key died; it "
+    "may have arrived).",
+    ["event", "outcome"],
+    registry=REGISTRY,
+)
+NOTIFICATION_ATTEMPTS = Counter(
+    "agentops_notification_attempts",
+    "Attempts of notifications by what the answer was: done, not_done (refused), unknown "
+    "(retried with the same key), not_sent (the receiver could not be reached; retried).",
+    ["outcome"],
+    registry=REGISTRY,
+)
 
 # A call's time from its attempt committed to its outcome committed, by the database's clock.
 ATTEMPT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)

@@ -1,4 +1,5 @@
-"""The sweeper: ring for every task the journal says is runnable and nobody runs."""
+"""The sweeper: ring for every task the journal says is runnable and nobody runs, and for every
+notification the journal owes (agentops/notifications) that is due and nobody attempts."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
+from agentops.notifications.services import notifications_sweep
 from agentops.runner import tasks_sweep
 from agentops.telemetry import instruments
 
@@ -38,6 +40,18 @@ class Command(BaseCommand):
             except Exception as exc:  # a sweep that fails (Redis down) is tried again
                 log.warning(
                     "sweep failed: %s: %s", type(exc).__name__, exc, extra={"error": str(exc)}
+                )
+            # On its own: notifications that cannot be rung for never hold up the tasks.
+            try:
+                notified = notifications_sweep()
+                if notified:
+                    log.info("rang for %s notification(s)", notified, extra={"notified": notified})
+            except Exception as exc:
+                log.warning(
+                    "notifications sweep failed: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                    extra={"error": str(exc)},
                 )
             finally:
                 close_old_connections()
