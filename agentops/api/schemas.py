@@ -90,6 +90,25 @@ class HeldOut(Schema):
     expires_at: datetime
 
 
+class NotificationOut(Schema):
+    """What NOTIFY_URL was told of this task, one event each (README, "Notifications")."""
+
+    event: str = Field(description="needs_human, awaiting_approval, finished or compensated")
+    key: str = Field(description="The Idempotency-Key it is sent with, every attempt.")
+    state: str = Field(
+        description="queued, sending, done (answered 2xx), not_done (refused, or never sent), "
+        "unknown (may have arrived: retried while the key lives, then given up)"
+    )
+    attempts: int
+    last_status: int | None = Field(description="The last answer's HTTP status, if any.")
+    detail: str = Field(description="The last answer, in words.")
+    evidence: dict[str, Any] = Field(description="When done: the status, and the receiver's id.")
+    misconfigured: bool = Field(description="The receiver refused agentops itself: ours to fix.")
+    next_attempt_at: datetime | None
+    key_until: datetime
+    settled_at: datetime | None
+
+
 class TaskOut(Schema):
     id: UUID
     kind: str
@@ -108,6 +127,7 @@ class TaskOut(Schema):
     created_at: datetime
     held: HeldOut | None
     steps: list[StepOut]
+    notifications: list[NotificationOut]
 
 
 class TaskBrief(Schema):

@@ -9,7 +9,14 @@ from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
-from agentops.api.schemas import HeldOut, StepOut, TaskBrief, TaskOut, TaskPageOut
+from agentops.api.schemas import (
+    HeldOut,
+    NotificationOut,
+    StepOut,
+    TaskBrief,
+    TaskOut,
+    TaskPageOut,
+)
 from agentops.operators import selectors as pages
 from journal.keys import UnsafeName, object_key
 from journal.models import Step, Task
@@ -28,7 +35,8 @@ STATE_NAMES = {
 
 
 def task_out(*, task_id: uuid.UUID) -> TaskOut:
-    """The task, its steps and what is held for a person. Raises ``Task.DoesNotExist``."""
+    """The task, its steps, what is held for a person and what NOTIFY_URL was told. Raises
+    ``Task.DoesNotExist``."""
     page = pages.task_page(task_id=task_id)
     task = page.task
     steps = []
@@ -82,6 +90,22 @@ def task_out(*, task_id: uuid.UUID) -> TaskOut:
             expires_at=held.expires_at,
         ),
         steps=steps,
+        notifications=[
+            NotificationOut(
+                event=d.event,
+                key=d.key,
+                state=d.state,
+                attempts=d.attempts,
+                last_status=d.last_status,
+                detail=d.detail,
+                evidence=d.evidence,
+                misconfigured=d.misconfigured,
+                next_attempt_at=d.next_attempt_at,
+                key_until=d.key_until,
+                settled_at=d.settled_at,
+            )
+            for d in page.deliveries
+        ],
     )
 
 

@@ -2,8 +2,8 @@
 
 The list: one query for the counters, one for the page's rows (with what each row shows
 annotated), one count for the paginator, one for the tasks needing a person. A task: one
-query each for the task, its steps, its entries and its approvals — a 200-step task costs
-what a 2-step one does.
+query each for the task, its steps, its entries, its approvals and its notifications — a
+200-step task costs what a 2-step one does.
 
 Each page also has a **fingerprint** of what it shows, so a poll whose page has not changed
 gets a 204. It is computed from the rows themselves, never from "entries after id N":
@@ -27,6 +27,8 @@ from django.db.models.functions import Now
 from django.utils.safestring import SafeString
 
 from agentops.kinds import kinds
+from agentops.notifications.models import Delivery
+from agentops.notifications.selectors import deliveries_of
 from agentops.operators.timeline import Event, Timeline, step_timeline
 from agentops.tools import tool_registry
 from journal.models import Approval, ApprovalState, Entry, Step, StepKind, Task, TaskStatus
@@ -204,6 +206,8 @@ class TaskPage:
     fingerprint: str
     operator_entries: list[Event] = field(default_factory=list)
     finish: Step | None = None
+    deliveries: list[Delivery] = field(default_factory=list)
+    """What NOTIFY_URL was told of this task (agentops/notifications)."""
 
 
 def _badge(step: Step) -> str:
@@ -218,7 +222,7 @@ def _badge(step: Step) -> str:
 
 
 def task_page(*, task_id: uuid.UUID) -> TaskPage:
-    """Everything a task's page shows, in four queries."""
+    """Everything a task's page shows, in five queries."""
     task = Task.objects.annotate(running_now=Q(lease_expires_at__gt=Now()), db_now=Now()).get(
         pk=task_id
     )
@@ -264,7 +268,11 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
             )
         )
     held = next((a for a in approvals if a.state == ApprovalState.PENDING), None)
-    live = task.status in (*ADVANCING, TaskStatus.AWAITING_APPROVAL)
+    deliveries = deliveries_of(task_id=task_id)
+    # A notification still being tried keeps the page polling after the task is over.
+    live = task.status in (*ADVANCING, TaskStatus.AWAITING_APPROVAL) or any(
+        d.settled_at is None for d in deliveries
+    )
     seen = (
         task.status,
         task.attention_code,
@@ -274,6 +282,7 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         [(s.n, s.state, s.attempts, s.lookups, s.offset_by_id) for s in steps],
         len(entries),
         [(a.pk, a.state) for a in approvals],
+        [(d.pk, d.state, d.attempts, d.settled_at) for d in deliveries],
     )
     return TaskPage(
         task=task,
@@ -285,6 +294,7 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         fingerprint=fingerprint(seen),
         operator_entries=[e for _, e in entries if e.kind == "operator_action"],
         finish=finish,
+        deliveries=deliveries,
     )
 
 
