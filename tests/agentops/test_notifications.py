@@ -540,3 +540,19 @@ def test_the_open_deliveries_gauge_reads_only_what_an_index_serves() -> None:
         finally:
             cursor.execute("RESET enable_seqscan")
     assert "Seq Scan" not in plan, plan
+
+
+def test_settings_that_would_send_unsigned_or_nowhere_are_refused_at_start() -> None:
+    from agentops.notifications.checks import notify_settings as check
+
+    def ids(**overrides: Any) -> set[str]:
+        with override_settings(**{**notify_settings("https://hooks.example.com/ao"), **overrides}):
+            return {m.id for m in check() if m.id}
+
+    assert ids() == set()
+    assert ids(NOTIFY_SECRET="") == {"agentops.E403"}
+    assert ids(NOTIFY_EVENTS=("finished", "paid")) == {"agentops.E401"}
+    assert ids(NOTIFY_URL="hooks.example.com") == {"agentops.E402"}
+    assert ids(NOTIFY_RETRY_SCHEDULE=()) == {"agentops.E404"}
+    assert ids(NOTIFY_URL="http://hooks.example.com/ao", DEBUG=False) == {"agentops.W401"}
+    assert ids(NOTIFY_URL="", NOTIFY_SECRET="") == set()  # off: nothing to check
