@@ -556,3 +556,21 @@ def test_settings_that_would_send_unsigned_or_nowhere_are_refused_at_start() -> 
     assert ids(NOTIFY_RETRY_SCHEDULE=()) == {"agentops.E404"}
     assert ids(NOTIFY_URL="http://hooks.example.com/ao", DEBUG=False) == {"agentops.W401"}
     assert ids(NOTIFY_URL="", NOTIFY_SECRET="") == set()  # off: nothing to check
+
+
+def test_the_readmes_check_of_the_signature_accepts_agentops_signatures_and_nothing_else() -> None:
+    """The few lines README "Notifications" gives receivers, run as written."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = readme.split("### Notifications", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own README's code
+    signed = scope["agentops_signed"]
+    body = services.payload_body({"id": "ao:notify:t:1", "event": "task.finished"})
+    now = int(time.time())
+    header = signature(secret=SECRET, body=body, timestamp=now)
+    assert signed(SECRET, header, body)
+    assert signed(SECRET, f"{header},v1={'0' * 64}", body)  # a secret being rolled
+    assert not signed(SECRET, header, body + b" ")
+    assert not signed("another secret", header, body)
+    assert not signed(SECRET, signature(secret=SECRET, body=body, timestamp=now - 301), body)
+    assert not signed(SECRET, header.split(",")[1], body)  # no time
