@@ -75,6 +75,10 @@ class Attention(models.TextChoices):
     it waited); nothing more was done on top of it."""
     PARKED = "parked", "parked"
     """Set aside on purpose (tests, maintenance)."""
+    AUDIT_FINDING = "audit_finding", "the provider's records disagree"
+    """The provider audit found the provider's records disagree with the task's steps (an
+    effect refunded or cancelled at the provider, one it does not show, another amount); the
+    finding says which, with both sides' evidence. Nothing was changed."""
 
 
 class StepKind(models.TextChoices):
@@ -366,6 +370,9 @@ class EntryKind(models.TextChoices):
     """A saga will not complete: its done steps are compensated, newest first, from now on."""
     EFFECT_CHECKED = "effect_checked", "effect checked"
     """Whether an earlier effect still stands at its provider, asked before relying on it."""
+    AUDIT_FINDING = "audit_finding", "audit finding"
+    """The provider audit found the provider's records disagree with this step (with the
+    finding's id and kind); the step and its outcome were left as they are."""
 
 
 class Entry(models.Model):
