@@ -12,6 +12,7 @@ Put an ``effects.py`` in your app (it is found the way ``admin.py`` is) and decl
 
     effects.register_kind(effects.Kind(name="goodwill", ...))
     effects.register_intent(effects.Intent(name="refund_order", ...))  # served over MCP
+    effects.register_audit(SupportDeskAudit)  # how the provider audit lists its effects
 
 Everything a tool or kind declares exists to prevent one failure; :class:`Tool` and
 :class:`Kind` say which. ``manage.py check`` refuses a misdeclared tool or kind at start-up.
@@ -21,6 +22,7 @@ example (``examples/support``) use nothing else.
 
 from __future__ import annotations
 
+from agentops.effects._audit import Audit, ProviderEffect, audits, register_audit
 from agentops.effects._checks import declarations
 from agentops.effects._http import http_call, http_session, observe_exception
 from agentops.effects._http_tool import HttpTool
@@ -98,6 +100,10 @@ from journal.protocols import Call, CostClass, Decision, Finish, StepFact, TaskF
 
 __all__ = [
     "ActionRefused",
+    "Audit",
+    "ProviderEffect",
+    "audits",
+    "register_audit",
     "FINAL",
     "FORMATS",
     "GUARD_REFUSALS",
