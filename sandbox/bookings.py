@@ -1,5 +1,6 @@
 """A bookings sandbox: flight holds (hold / release, expiring) and hotel bookings
-(book / cancel), each carrying the caller's reference.
+(book / cancel), each carrying the caller's reference; listed by ``reference``, ``status`` and
+``created`` window, a page at a time when a ``limit`` is given.
 
 Run: ``python -m sandbox.bookings --port PORT [--key-lifetime S] [--hold-expiry S]``.
 """
@@ -11,7 +12,7 @@ import datetime as dt
 import time
 from typing import Any
 
-from sandbox.provider import Provider
+from sandbox.provider import Provider, list_window
 from sandbox.server import base_arg_parser, serve
 from sandbox.wire import JSON, ApiError, Request, invalid, missing, new_id
 
@@ -68,6 +69,12 @@ class Bookings(Provider):
     def reset_objects(self) -> None:
         self.holds.clear()
         self.hotels.clear()
+
+    def forget(self, object_id: str) -> bool:
+        return (
+            self.holds.pop(object_id, None) is not None
+            or self.hotels.pop(object_id, None) is not None
+        )
 
     def _refresh(self, hold: JSON) -> JSON:
         """Expire a hold whose time has passed (caller holds the lock)."""
@@ -191,7 +198,8 @@ class Bookings(Provider):
                 ):
                     data.append(copy.deepcopy(obj))
         data.sort(key=lambda o: (o["created"], o["id"]))
-        return {"object": "list", "data": data}
+        url = "/v1/flight_holds" if objects is self.holds else "/v1/hotel_bookings"
+        return list_window(request.params, data, url)
 
 
 def main() -> None:

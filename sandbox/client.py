@@ -49,6 +49,26 @@ class SandboxClient:
             return False
         return True
 
+    def about(self) -> JSON:
+        """The health answer: ``provider``, ``boot_id`` (new with every process: a restart
+        shows as a new one) and ``started_at``."""
+        answer: JSON = self._call("GET", "/_sandbox/health")
+        return answer
+
+    def forget(self, object_id: str) -> None:
+        """Have the provider no longer show an object (its lists and retrieve), as a provider
+        that lost it would; the ledger keeps the request that made it."""
+        self._call("POST", "/_sandbox/forget", {"id": object_id})
+
+    def refund_from_dashboard(self, payment_intent: str, amount: int | None = None) -> JSON:
+        """A refund a person makes in the provider's dashboard: no key, no metadata of ours
+        (payments only)."""
+        body: JSON = {"payment_intent": payment_intent}
+        if amount is not None:
+            body["amount"] = amount
+        made: JSON = self._call("POST", "/_sandbox/refunds", body)
+        return made
+
     def fault(self, operation: str, fault: str, **opts: Any) -> JSON:
         """Inject ``fault`` for ``operation`` (``*`` = any). Options: delay, times
         (default 1, None = every time), probability, seed."""

@@ -1,5 +1,6 @@
 """A mail-sending sandbox: ``POST /v1/messages`` with an ``Idempotency-Key`` header, the
-caller's own message id kept and searchable.
+caller's own message id kept and searchable; messages listed by ``message_id``, ``to`` and
+``created`` window, a page at a time when a ``limit`` is given.
 
 Run: ``python -m sandbox.mail --port PORT [--key-lifetime S]``.
 """
@@ -10,7 +11,7 @@ import copy
 import re
 import time
 
-from sandbox.provider import Provider
+from sandbox.provider import Provider, list_window
 from sandbox.server import base_arg_parser, serve
 from sandbox.wire import JSON, Request, invalid, missing, new_id
 
@@ -29,6 +30,9 @@ class Mail(Provider):
 
     def reset_objects(self) -> None:
         self.messages.clear()
+
+    def forget(self, object_id: str) -> bool:
+        return self.messages.pop(object_id, None) is not None
 
     def send(self, request: Request) -> JSON:
         p = request.params
@@ -66,7 +70,7 @@ class Mail(Provider):
                 if (wanted is None or m["message_id"] == wanted) and (to is None or m["to"] == to)
             ]
         data.sort(key=lambda m: (m["created"], m["id"]))
-        return {"object": "list", "data": data}
+        return list_window(request.params, data, "/v1/messages")
 
     def retrieve(self, request: Request) -> JSON:
         msg_id = request.route_params["id"]

@@ -24,6 +24,8 @@ from sandbox.wire import (
     Request,
     Response,
     invalid,
+    missing,
+    new_id,
     refusal_body,
 )
 
@@ -61,6 +63,10 @@ class Provider:
         self.faults = FaultSet()
         self.server: SandboxServer | None = None
         self.config: JSON = {"key_lifetime": key_lifetime}
+        # Which run of the provider answers: a restart (a new process) has a new one, and has
+        # forgotten every object the last one held. agentops' audit notices it by this.
+        self.boot_id = new_id("boot_", 16)
+        self.started_at = time.time()
         self.route("GET", "/_sandbox/health", self._health)
         self.route("GET", "/_sandbox/ledger", self._ledger)
         self.route("GET", "/_sandbox/faults", self._faults_list)
@@ -70,6 +76,7 @@ class Provider:
         self.route("GET", "/_sandbox/config", self._config_get)
         self.route("POST", "/_sandbox/config", self._config_set)
         self.route("POST", "/_sandbox/reset", self._reset)
+        self.route("POST", "/_sandbox/forget", self._forget)
 
     # -- registration and hooks
 
@@ -100,6 +107,12 @@ class Provider:
 
     def reset_objects(self) -> None:
         """Subclasses clear their objects."""
+
+    def forget(self, object_id: str) -> bool:
+        """Subclasses drop the object ``object_id`` from their records (its lists, its
+        retrieve), as if it had never been made; whether there was one. The caller holds the
+        lock."""
+        return False
 
     def record(
         self,
@@ -134,7 +147,12 @@ class Provider:
     # -- admin endpoints
 
     def _health(self, request: Request) -> JSON:
-        return {"ok": True, "provider": self.name}
+        return {
+            "ok": True,
+            "provider": self.name,
+            "boot_id": self.boot_id,
+            "started_at": self.started_at,
+        }
 
     def _ledger(self, request: Request) -> JSON:
         key = request.query.get("key")
@@ -191,6 +209,17 @@ class Provider:
         except (TypeError, ValueError) as exc:
             raise invalid(f"bad setting: {exc}") from exc
         return self._config_get(request)
+
+    def _forget(self, request: Request) -> JSON:
+        """``POST /_sandbox/forget {"id": ...}``: the provider no longer shows the object (its
+        request stays in the ledger, which records what was asked)."""
+        object_id = request.params.get("id")
+        if not isinstance(object_id, str) or not object_id:
+            raise invalid("id: the object to forget")
+        with self.lock:
+            if not self.forget(object_id):
+                raise missing("object", object_id)
+        return {"ok": True, "forgotten": object_id}
 
     def _reset(self, request: Request) -> JSON:
         with self.lock:
@@ -298,6 +327,55 @@ class Provider:
             raw, content_type = lie
             return Response(200, {}, dict(response.headers), raw=raw, content_type=content_type)
         return response
+
+
+def created_window(params: JSON, items: list[JSON]) -> list[JSON]:
+    """``created[gte]``, ``created[gt]``, ``created[lte]``, ``created[lt]`` (Unix seconds), or
+    ``created=<s>`` exactly, as Stripe's lists take them."""
+    created = params.get("created")
+    if isinstance(created, dict):
+        for op, raw in created.items():
+            try:
+                bound = float(raw)
+            except (TypeError, ValueError) as exc:
+                raise invalid(f"Invalid created filter: {raw!r}", f"created[{op}]") from exc
+            cmp = {
+                "gt": lambda c, b=bound: c > b,
+                "gte": lambda c, b=bound: c >= b,
+                "lt": lambda c, b=bound: c < b,
+                "lte": lambda c, b=bound: c <= b,
+            }.get(op)
+            if cmp is None:
+                raise invalid(f"Invalid created filter: {op}", f"created[{op}]")
+            items = [o for o in items if cmp(o["created"])]
+    elif created not in (None, ""):
+        try:
+            items = [o for o in items if int(o["created"]) == int(str(created))]
+        except ValueError as exc:
+            raise invalid(f"Invalid created filter: {created!r}", "created") from exc
+    return items
+
+
+def list_window(params: JSON, items: list[JSON], url: str) -> JSON:
+    """A list of ``items`` (already in their order), filtered by ``created`` and, when the
+    caller gives a ``limit``, a page of it after ``starting_after`` with ``has_more``."""
+    items = created_window(params, items)
+    raw_limit = params.get("limit")
+    if raw_limit in (None, ""):
+        return {"object": "list", "data": items, "has_more": False, "url": url}
+    try:
+        limit = int(str(raw_limit))
+    except ValueError as exc:
+        raise invalid("limit must be an integer", "limit") from exc
+    if not 1 <= limit <= 100:
+        raise invalid("limit must be between 1 and 100", "limit")
+    after = params.get("starting_after")
+    if after:
+        ids = [o["id"] for o in items]
+        if after not in ids:
+            raise missing("object", str(after), "starting_after")
+        items = items[ids.index(after) + 1 :]
+    return {"object": "list", "data": items[:limit], "has_more": len(items) > limit, "url": url}
 
 
 def _api_error_500(request: Request) -> Response:

@@ -21,6 +21,7 @@ from sandbox.payments.params import int_param
 from sandbox.payments.refunds import (
     charge_retrieve,
     refund_create,
+    refund_from_dashboard,
     refund_retrieve,
     refunds_list,
 )
@@ -47,6 +48,8 @@ ROUTES: tuple[tuple[str, str, PaymentsHandler, str | None], ...] = (
     ("GET", "/v1/invoices/{id}", invoice_retrieve, "invoices.retrieve"),
     ("GET", "/_sandbox/deliveries", deliveries_list, None),
     ("POST", "/_sandbox/invoices", invoice_seed, None),
+    # A refund someone makes in the provider's dashboard: no key, no metadata of ours.
+    ("POST", "/_sandbox/refunds", refund_from_dashboard, None),
 )
 
 
@@ -124,6 +127,19 @@ class Payments(Provider):
         self.order.clear()
         self.webhooks.clear()
 
+    def forget(self, object_id: str) -> bool:
+        """A PaymentIntent (with its charges), a refund or a charge, gone from the records."""
+        intent = self.intents.pop(object_id, None)
+        if intent is not None:
+            self.created_at.pop(object_id, None)
+            for charge in [c for c in self.charges.values() if c["payment_intent"] == object_id]:
+                self.charges.pop(charge["id"], None)
+            return True
+        return (
+            self.refunds.pop(object_id, None) is not None
+            or self.charges.pop(object_id, None) is not None
+        )
+
     def stop(self) -> None:
         self.webhooks.stop()
 
@@ -133,7 +149,9 @@ class Payments(Provider):
         if isinstance(expand, str):
             expand = [expand]
         if isinstance(expand, list):
-            for field in expand:
+            for path in expand:
+                # A list's objects are expanded as ``data.<field>``, as Stripe's lists take it.
+                field = str(path).removeprefix("data.")
                 if field == "latest_charge" and out.get("latest_charge") in self.charges:
                     out["latest_charge"] = copy.deepcopy(self.charges[out["latest_charge"]])
                 elif field == "payment_intent" and out.get("payment_intent") in self.intents:

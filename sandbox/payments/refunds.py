@@ -1,10 +1,12 @@
-"""Refunds (create, retrieve, list) of a succeeded PaymentIntent's charge, in full or in
-part, and charges (retrieve).
+"""Refunds (create, retrieve, list by ``payment_intent``, ``charge`` and ``created`` window) of
+a succeeded PaymentIntent's charge, in full or in part, one made in the dashboard (an admin
+action), and charges (retrieve).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sandbox.payments.events import event_emit
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
     from sandbox.payments.provider import Payments
 
 
-def refund_create(payments: Payments, request: Request) -> JSON:
+def refund_create(payments: Payments, request: Request, *, via: str = "") -> JSON:
     p = request.params
     pi_id = p.get("payment_intent")
     charge_id = p.get("charge")
@@ -90,9 +92,22 @@ def refund_create(payments: Payments, request: Request) -> JSON:
             refund["id"],
             payment_intent=pi["id"],
             amount=amount,
+            **({"via": via} if via else {}),
         )
         event_emit(payments, "charge.refunded", charge, request)
         return payments.expand(request, refund)
+
+
+def refund_from_dashboard(payments: Payments, request: Request) -> JSON:
+    """``POST /_sandbox/refunds {"payment_intent" (or "charge"), "amount", "reason"}``: a refund
+    made by a person in the provider's dashboard — no idempotency key, no metadata of ours —
+    as Stripe makes it (the same checks, the same ``charge.refunded`` event). Its ledger entry
+    says ``via: dashboard``."""
+    wanted = ("payment_intent", "charge", "amount", "reason")
+    params = {k: v for k, v in request.params.items() if k in wanted and v is not None}
+    if "amount" in params:
+        params["amount"] = str(params["amount"])
+    return refund_create(payments, replace(request, params=params), via="dashboard")
 
 
 def refund_retrieve(payments: Payments, request: Request) -> JSON:
