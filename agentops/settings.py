@@ -235,6 +235,10 @@ PLANNER_WRAPPERS = [
 # The journal (see journal/README.md). A task's lease lasts this long past its holder's last
 # journal write; it must exceed the longest tool call, so a live runner never loses it.
 JOURNAL_LEASE_SECONDS = _env_float("JOURNAL_LEASE_SECONDS", 60.0)
+# The journal's per-step statements are prepared on the server (journal/db.py): parsed and
+# planned once per connection. Off only behind a pooler in transaction mode that cannot keep
+# a session's prepared statements (PgBouncer before 1.21).
+JOURNAL_PREPARED_STATEMENTS = _env_bool("JOURNAL_PREPARED_STATEMENTS", True)
 
 
 def idle_in_transaction_limit(lease_seconds: float) -> dict[str, str]:
@@ -252,6 +256,9 @@ def idle_in_transaction_limit(lease_seconds: float) -> dict[str, str]:
 DATABASES["default"].setdefault("OPTIONS", {}).update(
     idle_in_transaction_limit(JOURNAL_LEASE_SECONDS)
 )
+# Django turns psycopg's prepared statements off (None); 0 prepares a statement on its first
+# use, in the only cursors that can: the journal's server-binding ones (journal/db.py).
+DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 0 if JOURNAL_PREPARED_STATEMENTS else None
 
 # Tools (agentops/tools/). Each provider's address, credentials and how long it remembers
 # idempotency keys. An empty *_API_BASE means the real service (Stripe); the sandbox

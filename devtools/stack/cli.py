@@ -276,6 +276,7 @@ def cmd_test(cmd: Sequence[str], *, mode: str = "test") -> int:
             # The owner may create databases here: pytest-django makes test_agentops.
             pg.ensure_roles(owner_creates_databases=True)
             pg.ensure_database(DATABASE)
+            pg.server_stats(DATABASE)
             env["DATABASE_URL"] = pg.url(DATABASE, APP_ROLE)
             env["DATABASE_OWNER_URL"] = pg.url(DATABASE, OWNER_ROLE)
         if env.get("REDIS_URL"):

@@ -47,8 +47,15 @@ DATABASE = "agentops"
 # (an immediate shutdown) and every acknowledged commit must survive that, as the journal
 # assumes; with fsync off, waiting for the commit's write costs next to nothing. The
 # connection limit leaves room for tests that run many workers at once.
-PG_TEST_SETTINGS = ("fsync=off", "full_page_writes=off", "max_connections=200")
-PG_BENCH_SETTINGS = ("max_connections=200",)
+#
+# Both load pg_stat_statements: the tests and the benchmark count the statements a step
+# sends (round trips) as the server saw them, not as Django logged them (server_stats).
+SERVER_STATS = ("shared_preload_libraries=pg_stat_statements",)
+PG_TEST_SETTINGS = ("fsync=off", "full_page_writes=off", "max_connections=200", *SERVER_STATS)
+PG_BENCH_SETTINGS = ("max_connections=200", *SERVER_STATS)
+# Where the throwaway servers keep the server's own counters (server_stats): a schema of its
+# own, so the app's schema holds nothing the migrations did not make.
+STATS_SCHEMA = "server_stats"
 
 ROLE_LIMITS = "NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS"
 
@@ -277,6 +284,35 @@ class Postgres:
                         database=database, owner=owner, app=sql.Identifier(APP_ROLE)
                     )
                 )
+
+    def server_stats(self, *databases: str) -> None:
+        """For a throwaway server (tests, benchmark): the server's own counters, readable by
+        the owner role. pg_stat_statements counts every statement each session sent (with
+        BEGIN and COMMIT, which Django's query log never shows); pg_walinspect reads the WAL,
+        so commits, HOT updates and bytes written are counted from what the server wrote.
+        In ``template1`` too, so a test database made from it has them."""
+        owner, schema = sql.Identifier(OWNER_ROLE), sql.Identifier(STATS_SCHEMA)
+        for name in ("template1", *databases):
+            with self.connect(name) as conn:
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+                conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, owner))
+                for extension in ("pg_stat_statements", "pg_walinspect"):
+                    conn.execute(
+                        sql.SQL("CREATE EXTENSION IF NOT EXISTS {} SCHEMA {}").format(
+                            sql.Identifier(extension), schema
+                        )
+                    )
+                conn.execute(
+                    sql.SQL(
+                        "GRANT EXECUTE ON FUNCTION "
+                        "{schema}.pg_get_wal_records_info(pg_lsn, pg_lsn), "
+                        "{schema}.pg_get_wal_block_info(pg_lsn, pg_lsn, boolean), "
+                        "{schema}.pg_stat_statements_reset(oid, oid, bigint, boolean) "
+                        "TO {owner}"
+                    ).format(schema=schema, owner=owner)
+                )
+        with self.connect() as conn:
+            conn.execute(sql.SQL("GRANT pg_read_all_stats TO {}").format(owner))
 
     def stop(self) -> None:
         proc = self.proc

@@ -72,3 +72,51 @@ def test_a_step_costs_the_same_at_the_end_of_a_long_task_as_at_its_start() -> No
     per_step = [b - a for a, b in zip(marks, marks[1:], strict=False)]
     # Record and settle, and not a read more: the runner keeps the task's facts itself.
     assert per_step[1] == per_step[-1] == 2, per_step[:3] + per_step[-3:]
+
+
+def _server_counters() -> Any:
+    from devtools.bench.server import ServerCounters
+    from tests.databases import owner_connection
+
+    counters = ServerCounters(owner_connection(), role=connection.settings_dict["USER"])
+    why_not = counters.available()
+    assert why_not is None, why_not  # run by `make test`: its PostgreSQL has them
+    return counters
+
+
+@pytest.mark.parametrize("steps", [200])
+def test_the_server_counts_two_round_trips_and_two_commits_per_step_at_any_length(
+    steps: int,
+) -> None:
+    """From the server's own counters (pg_stat_statements, the WAL): a BEGIN/COMMIT pair, a
+    read or a write added to the hot path shows here, whatever Django's log sees."""
+    counters = _server_counters()
+    task = task_create(kind="bench", goal="long, counted by the server")
+    planner = Countdown(steps)
+    marks: list[Any] = []
+    decide = planner.decide
+
+    def noting(facts: Any) -> Any:
+        marks.append(counters.mark())
+        return decide(facts)
+
+    planner.decide = noting  # type: ignore[method-assign]
+    result = task_advance(task_id=task.pk, planner=planner, tools=TOOLS, policy=POLICY)
+    assert result.stopped == "finished"
+    early = counters.between(marks[1], marks[2])  # step 2: recorded, called, settled
+    late = counters.between(marks[-2], marks[-1])  # the last step
+    assert (early.statements, early.commits) == (2, 2), early
+    assert (late.statements, late.commits) == (2, 2), late
+
+
+def test_the_steps_statements_are_prepared_on_the_server() -> None:
+    """Parsed and planned once per connection (journal/db.py), as the server lists them."""
+    connection.close()  # a new session: nothing prepared yet
+    task = task_create(kind="bench", goal="prepared")
+    result = task_advance(task_id=task.pk, planner=Countdown(3), tools=TOOLS, policy=POLICY)
+    assert result.stopped == "finished"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE from_sql IS false")
+        prepared = " ".join(row[0] for row in cursor.fetchall())
+    for function in ("journal_record", "journal_settle", "journal_finish"):
+        assert function in prepared, function
