@@ -236,12 +236,28 @@ def step_resolve(
         settled_observed(step_id=step_id)
 
 
-def task_approve(*, task_id: UUID, approval_id: int, digest: str, actor: str) -> bool:
-    """A person approves a held saga step (journal.operator.approval_approve); the task is
-    rung for either way (approved: it goes on; expired: it asks again)."""
+def step_correct(*, step_id: int, actor: str, evidence: dict[str, Any], reason: str) -> int:
+    """A person corrects a step settled not done that happened after all
+    (journal.operator.step_correct), with the tools of its task's kind; once committed, the
+    correction's settlement is logged and counted like any other. Returns its step number."""
+    task = Task.objects.get(steps__pk=step_id)
+    with transaction.atomic():
+        made = operator.step_correct(
+            step_id=step_id, actor=actor, evidence=evidence, reason=reason, tools=tools_for(task)
+        )
+        settled_observed(step_id=made.pk)
+    return made.n
+
+
+def task_approve(
+    *, task_id: UUID, approval_id: int, digest: str, actor: str, reason: str = ""
+) -> bool:
+    """A person approves a held saga step (journal.operator.approval_approve), with an
+    optional reason; the task is rung for either way (approved: it goes on; expired: it asks
+    again)."""
     with transaction.atomic():
         approved = operator.approval_approve(
-            task_id=task_id, approval_id=approval_id, digest=digest, actor=actor
+            task_id=task_id, approval_id=approval_id, digest=digest, actor=actor, reason=reason
         )
         transaction.on_commit(lambda: task_ring(task_id=task_id))
     return approved

@@ -99,6 +99,11 @@ KINDS: tuple[Kind, ...] = (
         refs_schema=refs_object(PAYMENT_REFS, ["invoice", "amount", "email"]),
         binds={
             "charge_customer": CHARGE_BINDS,
+            # Its own charge, whole: how a person's compensation undoes a charge that landed
+            # late (docs/design.md §7), keyed and reconciled like a saga's.
+            "refund_charge": (
+                Own("payment_intent", "charge_customer", "payment_intent", "amount"),
+            ),
             "send_email": (
                 Ref("to", "email"),
                 Ref("reference", "invoice"),

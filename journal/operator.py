@@ -6,6 +6,8 @@ the task, and refused — with a sentence, nothing written — where it is not s
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
 from uuid import UUID
 
 from django.db import transaction
@@ -13,19 +15,24 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from journal.entries import entries_add, entry
+from journal.leases import lease_acquire
 from journal.models import (
     Approval,
     ApprovalState,
+    Attention,
     EntryKind,
     Step,
     StepKind,
     Task,
     TaskStatus,
 )
-from journal.outcomes import LIVE_STATES, Outcome, StepState
+from journal.outcomes import LIVE_STATES, Outcome, StepState, evidence_missing
+from journal.protocols import Call, Tool
+from journal.record import step_record
 from journal.sagas import approval_expire, is_expired, saga_unwind
 from journal.settle import step_settle
-from journal.status import TransitionRefused, task_transition
+from journal.status import FINAL, TransitionRefused, task_flag, task_transition
+from journal.summary import evidence_label
 
 
 def _flagged(task_id: UUID, action: str) -> Task:
@@ -90,18 +97,9 @@ def task_cancel(*, task_id: UUID, actor: str, reason: str) -> None:
     why = _why(reason)
     with transaction.atomic():
         task = _flagged(task_id, "cancelled")
-        open_step = Step.objects.filter(task=task, state__in=LIVE_STATES).order_by("n").first()
-        if open_step is not None:
-            raise TransitionRefused(
-                f"step {open_step.key} ({open_step.tool}) is {open_step.state}: it may have "
-                "happened; reconcile it or resolve it by hand before cancelling the task"
-            )
-        standing = _undoable(task)
-        if task.plan and standing is not None:
-            raise TransitionRefused(
-                f"step {standing.key} ({standing.tool}) is done and can be undone: compensate "
-                "the saga rather than cancel it, or nothing would ever undo it"
-            )
+        refused = cancel_refusal(task=task, steps=Step.objects.filter(task=task).order_by("n"))
+        if refused is not None:
+            raise TransitionRefused(refused)
         entries_add(
             entry(
                 kind=EntryKind.OPERATOR_ACTION,
@@ -121,16 +119,97 @@ def task_cancel(*, task_id: UUID, actor: str, reason: str) -> None:
         )
 
 
-def _undoable(task: Task) -> Step | None:
-    """A done effect of the task that declared an undo and was not undone."""
-    return (
-        Step.objects.filter(
-            task=task, state=StepState.DONE, offset_by__isnull=True, offsets__isnull=True
+# --- What is refused, and why: one rule for the services and the pages that offer them -------
+
+
+def undoable(steps: Iterable[Step]) -> list[Step]:
+    """The task's done effects that declared an undo, are not undos themselves and were not
+    undone, newest step first: what compensating it would undo."""
+    found = [
+        s
+        for s in steps
+        if s.state == StepState.DONE
+        and s.offset_by_id is None
+        and s.offsets_id is None
+        and s.undo_tool
+    ]
+    return sorted(found, key=lambda s: s.n, reverse=True)
+
+
+def cancel_refusal(*, task: Task, steps: Iterable[Step]) -> str | None:
+    """Why :func:`task_cancel` would refuse to stop ``task`` (its ``steps`` as read), or
+    ``None``: only a task that needs a person is cancelled, never while one of its steps may
+    still have acted (nobody would ever find out what happened), and a saga is compensated
+    rather than cancelled while an effect that can be undone stands (nothing would undo it)."""
+    if task.status != TaskStatus.NEEDS_HUMAN:
+        return (
+            f"task {task.pk} is {TaskStatus(task.status).label}; only a task that needs a "
+            "human can be cancelled"
         )
-        .exclude(undo_tool="")
-        .order_by("-n")
-        .first()
-    )
+    steps = list(steps)
+    open_step = next((s for s in steps if s.state in LIVE_STATES), None)
+    if open_step is not None:
+        return (
+            f"step {open_step.key} ({open_step.tool}) is {open_step.state}: it may have "
+            "happened; reconcile it or resolve it by hand before cancelling the task"
+        )
+    standing = undoable(steps)
+    if task.plan and standing:
+        return (
+            f"step {standing[0].key} ({standing[0].tool}) is done and can be undone: "
+            "compensate the saga rather than cancel it, or nothing would ever undo it"
+        )
+    return None
+
+
+def compensate_refusal(*, task: Task, steps: Iterable[Step]) -> str | None:
+    """Why :func:`saga_compensate` would refuse, or ``None``. A saga compensates while it is
+    under way, held or handed over, not once it is over. A task that is not a saga is
+    compensated only while it needs a person and holds an effect that can be undone: a late
+    effect a person corrected (:func:`step_correct`) is undone like any compensation."""
+    if task.status in FINAL:
+        return f"task {task.pk} is {TaskStatus(task.status).label}: it is over"
+    if task.plan:
+        return None
+    if task.status != TaskStatus.NEEDS_HUMAN:
+        return f"task {task.pk} is not a saga: its effects are undone only while it needs a person"
+    if not undoable(steps):
+        return f"task {task.pk} holds no done effect that can be undone"
+    return None
+
+
+def correction_refusal(*, task: Task, step: Step, steps: Iterable[Step]) -> str | None:
+    """Why :func:`step_correct` would refuse to correct ``step``, or ``None``: only a step
+    that was settled ``not_done`` after it was sent (a refused step never left), of a task
+    that needs a person, and once."""
+    if task.status != TaskStatus.NEEDS_HUMAN:
+        return (
+            f"task {task.pk} is {TaskStatus(task.status).label}: only a task that needs a "
+            "person is corrected"
+        )
+    if step.kind != StepKind.CALL or step.state != StepState.NOT_DONE:
+        return f"step {step.key} is {step.state}: only a step settled not done is corrected"
+    if step.refusal:
+        return (
+            f"step {step.key} was refused ({step.refusal}) and never sent: it cannot have happened"
+        )
+    if task.unwinding:
+        # A correction is recorded like any step, and an unwinding saga records only undos.
+        return (
+            f"task {task.pk} is unwinding and records nothing but undos: undo the effect of "
+            f"step {step.key} at the provider, then resume"
+        )
+    corrected = next((s for s in steps if correction_of(s) == step.n), None)
+    if corrected is not None:
+        return f"step {step.key} was corrected already, as step {corrected.n}"
+    return None
+
+
+def correction_of(step: Step) -> int | None:
+    """The step that ``step`` corrects (its number), if it is a person's correction."""
+    decision = step.decision if isinstance(step.decision, dict) else {}
+    of = decision.get("of")
+    return of if decision.get("harness") == "correction" and isinstance(of, int) else None
 
 
 # --- Sagas: approve, reject, compensate now -------------------------------------------------
@@ -154,15 +233,19 @@ def _awaiting(task_id: UUID, approval_id: int) -> tuple[Task, Approval]:
     return task, approval
 
 
-def approval_approve(*, task_id: UUID, approval_id: int, digest: str, actor: str) -> bool:
+def approval_approve(
+    *, task_id: UUID, approval_id: int, digest: str, actor: str, reason: str = ""
+) -> bool:
     """A person approves the held step they were shown (``digest`` of its tool and
     arguments): the saga goes on with exactly that step, and ``True`` is returned. Refused
     (:class:`TransitionRefused`, nothing written) when ``digest`` is not what waits — the
     person saw something else. When the request has expired, the approval is not given:
     it is marked expired, the task goes back to decide again and ask anew, and ``False`` is
-    returned."""
+    returned. ``reason`` is optional (approving is the expected answer), and recorded with
+    who, when, the digest and the exact call approved."""
     if not actor:
         raise TransitionRefused("say who approves: the journal records it")
+    why = reason.strip()[:2000]
     with transaction.atomic():
         task, approval = _awaiting(task_id, approval_id)
         if digest != approval.digest:
@@ -175,8 +258,15 @@ def approval_approve(*, task_id: UUID, approval_id: int, digest: str, actor: str
         else:
             expired = False
             Approval.objects.filter(pk=approval.pk).update(
-                state=ApprovalState.APPROVED, decided_by=actor, decided_at=Now()
+                state=ApprovalState.APPROVED,
+                decided_by=actor,
+                decided_at=Now(),
+                decision_reason=why,
             )
+            # Who, when (the entry's time), why, and exactly what: the call and its digest.
+            decided: dict[str, Any] = {"tool": approval.tool, "args": approval.args}
+            if why:
+                decided["reason"] = why
             entries_add(
                 entry(
                     kind=EntryKind.APPROVAL_DECIDED,
@@ -184,8 +274,8 @@ def approval_approve(*, task_id: UUID, approval_id: int, digest: str, actor: str
                     actor=actor,
                     approval=approval.pk,
                     decision="approved",
-                    tool=approval.tool,
                     digest=approval.digest,
+                    **decided,
                 )
             )
             task_transition(
@@ -226,6 +316,9 @@ def approval_reject(*, task_id: UUID, approval_id: int, actor: str, reason: str)
                 actor=actor,
                 approval=approval.pk,
                 decision="rejected",
+                tool=approval.tool,
+                args=approval.args,
+                digest=approval.digest,
                 reason=why,
             )
         )
@@ -242,18 +335,17 @@ def approval_reject(*, task_id: UUID, approval_id: int, actor: str, reason: str)
 
 
 def saga_compensate(*, task_id: UUID, actor: str, reason: str) -> None:
-    """A person has a saga compensate now: from now on its done effects are undone, newest
-    first, and no step goes forward. For a saga still under way, held, or handed over; not
-    for one that is over."""
+    """A person has a task compensate now: from now on its done effects are undone, newest
+    first, each by the undo it declared (keyed from it, reconciled like any step), and no
+    step goes forward. For a saga still under way, held, or handed over; for any other task
+    only while it needs a person and holds an effect that can be undone (a late effect a
+    person corrected); never for one that is over (:func:`compensate_refusal`)."""
     why = _why(reason)
     with transaction.atomic():
         task = Task.objects.select_for_update().get(pk=task_id)
-        if not task.plan:
-            raise TransitionRefused(f"task {task_id} is not a saga: it has nothing to compensate")
-        if task.status in (TaskStatus.FINISHED, TaskStatus.CANCELLED, TaskStatus.COMPENSATED):
-            raise TransitionRefused(
-                f"task {task_id} is {TaskStatus(task.status).label}: it is over"
-            )
+        refused = compensate_refusal(task=task, steps=Step.objects.filter(task=task))
+        if refused is not None:
+            raise TransitionRefused(refused)
         pending = Approval.objects.filter(task=task, state=ApprovalState.PENDING)
         for held in pending:
             Approval.objects.filter(pk=held.pk).update(
@@ -380,3 +472,99 @@ def step_resolve(
             )
         )
         step_settle(step_id=step.pk, outcome=outcome, via="operator", actor=actor)
+
+
+def step_correct(
+    *,
+    step_id: int,
+    actor: str,
+    evidence: Mapping[str, Any],
+    reason: str,
+    tools: Mapping[str, Tool],
+) -> Step:
+    """A person corrects the journal about a step that was settled ``not_done`` but happened
+    after all, as a later report showed (a charge that landed after its step was settled by
+    hand and the task cancelled: a conflict). A settled step never changes (docs/design.md
+    §4), so the correction is a step of its own: the same tool and arguments, recorded by the
+    person and settled ``done`` with the evidence they give (every name the tool's evidence
+    declares), its decision naming the step it corrects. From then on it stands like any
+    effect: the guards count it, and compensating the task (:func:`saga_compensate`) undoes
+    it by its declared undo, keyed from it. Refused, with nothing written, where
+    :func:`correction_refusal` says so, when the evidence is short, and when the guards
+    refuse it (another effect on its object stands: that one is to be settled first). The
+    task stays with the person, its attention saying what was corrected. Returns the
+    correction."""
+    why = _why(reason)
+    if not actor:
+        raise TransitionRefused("say who corrects: the journal records it")
+    with transaction.atomic():
+        step = Step.objects.get(pk=step_id)
+        task = Task.objects.select_for_update().get(pk=step.task_id)
+        refused = correction_refusal(task=task, step=step, steps=Step.objects.filter(task=task))
+        if refused is not None:
+            raise TransitionRefused(refused)
+        tool = tools.get(step.tool)
+        if tool is None:
+            raise TransitionRefused(f"step {step.key}'s tool {step.tool} is not available")
+        missing = evidence_missing(evidence, tool.evidence)
+        if missing:
+            raise TransitionRefused(
+                f"give the evidence of the effect you found at the provider: "
+                f"{', '.join(missing)} (a done {step.tool} carries {', '.join(tool.evidence)})"
+            )
+        code = task.attention_code
+        # A step is recorded only for a runnable task, under its lease (journal_step_born):
+        # the person takes both for the length of this transaction, as a runner would; the
+        # task's row lock keeps any runner out meanwhile.
+        task_transition(
+            task_id=task.pk,
+            to=TaskStatus.RUNNABLE,
+            frm=[TaskStatus.NEEDS_HUMAN],
+            actor=actor,
+            step_id=step.pk,
+            reason=f"correcting step {step.n}, by {actor}: {why}",
+        )
+        lease = lease_acquire(task_id=task.pk, owner=f"person:{actor}"[:200])
+        if lease is None:
+            raise TransitionRefused("a runner holds this task right now: try again in a moment")
+        call = Call(step.tool, dict(step.args), raw={"harness": "correction", "of": step.n})
+        made = step_record(lease=lease, decision=call, tools={step.tool: tool})
+        if made.state != StepState.PENDING:
+            raise TransitionRefused(f"the correction cannot be recorded: {made.detail}")
+        given = dict(evidence)
+        step_settle(
+            step_id=made.pk,
+            outcome=Outcome.done(
+                given, f"step {step.n} happened after all, corrected by {actor}: {why}"
+            ),
+            via="operator",
+            lease=lease,
+            actor=actor,
+        )
+        entries_add(
+            entry(
+                kind=EntryKind.OPERATOR_ACTION,
+                task_id=task.pk,
+                step_id=step.pk,
+                actor=actor,
+                action="correct",
+                reason=why,
+                evidence=given,
+                correction=made.n,
+                was=code,
+            )
+        )
+        task_flag(
+            lease=lease,
+            release=True,
+            task_id=task.pk,
+            code=Attention(code) if code in Attention.values else Attention.CONFLICT,
+            step_id=made.pk,
+            actor=actor,
+            reason=(
+                f"step {step.n} ({step.tool}) happened after all ({evidence_label(given)}): "
+                f"{actor} corrected it as step {made.n}. Compensate to undo it, or resume the "
+                "task to go on with it"
+            ),
+        )
+    return Step.objects.get(pk=made.pk)

@@ -1,0 +1,252 @@
+"""A person's decisions the pages offer, and their rules (journal/operator.py): an approval
+with its reason and the exact call, a late effect corrected and undone through the same
+keyed, journaled undo as any compensation, and the sentences that say why an action is
+refused — one rule for the service and for the page that offers it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from journal.keys import undo_key
+from journal.leases import lease_acquire, lease_release
+from journal.models import Approval, Attention, Entry, EntryKind, Step, Task
+from journal.operator import (
+    approval_approve,
+    approval_reject,
+    cancel_refusal,
+    compensate_refusal,
+    correction_refusal,
+    saga_compensate,
+    step_correct,
+    task_cancel,
+)
+from journal.outcomes import Outcome
+from journal.record import step_record, task_create
+from journal.run import task_advance
+from journal.settle import step_settle
+from journal.status import TransitionRefused, task_flag
+from tests.journal.support import ChargeTool, Provider, ScriptedPlanner, charge, invoice
+from tests.journal.test_sagas import SagaRules, saga_task, world
+
+pytestmark = pytest.mark.usefixtures("committed")
+
+
+def tools_of(provider: Provider, *, once: bool = True) -> dict[str, Any]:
+    return {
+        "charge": ChargeTool(provider, compensation="refund", once_per_object=once),
+        "refund": ChargeTool(provider, name="refund"),
+    }
+
+
+def late_charge(provider: Provider, tools: dict[str, Any], inv: str | None = None) -> Step:
+    """A charge settled not done by hand, its task cancelled; then the charge lands at the
+    provider and its report contradicts the journal: a conflict, the task with a person."""
+    task = task_create(kind="renewal", goal="renew", refs={"invoice": inv or invoice()})
+    lease = lease_acquire(task_id=task.pk, owner="runner")
+    assert lease is not None
+    step = step_record(lease=lease, decision=charge(task.refs["invoice"]), tools=tools)
+    step_settle(
+        step_id=step.pk,
+        outcome=Outcome.not_done("settled by hand by ops: nothing at the provider"),
+        via="operator",
+        lease=lease,
+    )
+    lease_release(lease)
+    task_flag(task_id=task.pk, code=Attention.PARKED, reason="checked by hand")
+    task_cancel(task_id=task.pk, actor="ops", reason="the customer gave up")
+    landed = provider.apply(step.key, step.args)  # the charge that was late
+    step_settle(
+        step_id=step.pk,
+        outcome=Outcome.done({"id": landed.id}, "payment succeeded"),  # type: ignore[union-attr]
+        via="webhook",
+        actor="provider",
+    )
+    flagged = Task.objects.get(pk=task.pk)
+    assert flagged.status == "needs_human" and flagged.attention_code == "conflict"
+    return Step.objects.get(pk=step.pk)
+
+
+def test_an_approval_records_who_when_why_the_digest_and_the_exact_call() -> None:
+    _, tools = world()
+    task = saga_task()
+    task_advance(
+        task_id=task.pk,
+        planner=ScriptedPlanner([charge(invoice())]),
+        tools=tools,
+        rules=SagaRules(("charge",)),
+    )
+    held = Approval.objects.get(task=task)
+    assert approval_approve(
+        task_id=task.pk, approval_id=held.pk, digest=held.digest, actor="ada", reason=" ok'd "
+    )
+    held.refresh_from_db()
+    assert (held.decided_by, held.decision_reason) == ("ada", "ok'd")
+    assert held.decided_at is not None
+    decided = Entry.objects.get(task=task, kind=EntryKind.APPROVAL_DECIDED)
+    assert decided.actor == "ada"
+    assert decided.data["reason"] == "ok'd" and decided.data["digest"] == held.digest
+    assert (decided.data["tool"], decided.data["args"]) == ("charge", held.args)
+
+
+def test_an_approval_needs_no_reason_and_a_rejection_says_what_it_rejected() -> None:
+    _, tools = world()
+    task = saga_task()
+    rules = SagaRules(("charge",))
+    task_advance(
+        task_id=task.pk, planner=ScriptedPlanner([charge(invoice())]), tools=tools, rules=rules
+    )
+    held = Approval.objects.get(task=task)
+    approval_reject(task_id=task.pk, approval_id=held.pk, actor="bob", reason="too much")
+    rejected = Entry.objects.get(task=task, kind=EntryKind.APPROVAL_DECIDED)
+    assert rejected.data["decision"] == "rejected" and rejected.data["reason"] == "too much"
+    assert rejected.data["args"] == held.args and rejected.data["digest"] == held.digest
+
+    other = saga_task()
+    task_advance(
+        task_id=other.pk, planner=ScriptedPlanner([charge(invoice())]), tools=tools, rules=rules
+    )
+    again = Approval.objects.get(task=other)
+    assert approval_approve(task_id=other.pk, approval_id=again.pk, digest=again.digest, actor="x")
+    entry = Entry.objects.get(task=other, kind=EntryKind.APPROVAL_DECIDED)
+    assert "reason" not in entry.data and Approval.objects.get(pk=again.pk).decision_reason == ""
+
+
+def test_a_late_charge_is_corrected_and_refunded_by_the_same_keyed_undo() -> None:
+    provider = Provider()
+    tools = tools_of(provider)
+    late = late_charge(provider, tools)
+    landed = provider.find(late.key)
+    assert landed is not None
+    correction = step_correct(
+        step_id=late.pk,
+        actor="ada",
+        evidence={"id": landed.id},
+        reason="the provider shows the charge",
+        tools=tools,
+    )
+    # The settled step never moved; the correction is a step of its own, done, naming it.
+    assert Step.objects.get(pk=late.pk).state == "not_done"
+    assert correction.state == "done" and correction.evidence == {"id": landed.id}
+    assert (correction.tool, correction.args) == (late.tool, late.args)
+    assert correction.decision == {"harness": "correction", "of": late.n}
+    assert correction.once is True and correction.undo_tool == "refund"
+    task = Task.objects.get(pk=late.task_id)
+    assert task.status == "needs_human" and task.attention_code == "conflict"
+    assert f"corrected it as step {correction.n}" in task.attention
+    assert task.lease_expires_at is None and task.failed_runs == 0
+    action = Entry.objects.get(task=task, kind=EntryKind.OPERATOR_ACTION, data__action="correct")
+    assert action.actor == "ada" and action.step_id == late.pk
+    assert action.data["evidence"] == {"id": landed.id}
+    assert action.data["correction"] == correction.n
+    assert action.data["reason"] == "the provider shows the charge"
+    # Not a second time.
+    with pytest.raises(TransitionRefused, match="corrected already"):
+        step_correct(
+            step_id=late.pk, actor="ada", evidence={"id": landed.id}, reason="x", tools=tools
+        )
+
+    # Compensating the task (not a saga) undoes it as any saga's compensation: keyed from it.
+    saga_compensate(task_id=task.pk, actor="ada", reason="the customer had cancelled")
+    result = task_advance(
+        task_id=task.pk, planner=ScriptedPlanner([]), tools=tools, rules=SagaRules(saga=False)
+    )
+    assert result.stopped == "compensated"
+    refund = Step.objects.get(task=task, offsets=correction)
+    assert refund.state == "done" and refund.key == undo_key(correction.key)
+    assert refund.args["undoes"] == landed.id
+    assert Step.objects.get(pk=correction.pk).offset_by_id == refund.pk
+    refunds = [e for e in provider.ledger if e.key == refund.key]
+    assert len(refunds) == 1
+    assert Task.objects.get(pk=task.pk).status == "compensated"
+
+
+def test_a_correction_without_the_evidence_the_tool_declares_is_refused_and_writes_nothing() -> (
+    None
+):
+    provider = Provider()
+    tools = tools_of(provider)
+    late = late_charge(provider, tools)
+    before = (Step.objects.filter(task_id=late.task_id).count(), Entry.objects.count())
+    with pytest.raises(TransitionRefused, match="give the evidence .*: id"):
+        step_correct(
+            step_id=late.pk, actor="ada", evidence={"charge": "x"}, reason="seen", tools=tools
+        )
+    with pytest.raises(TransitionRefused, match="say why"):
+        step_correct(step_id=late.pk, actor="ada", evidence={"id": "e"}, reason=" ", tools=tools)
+    assert (Step.objects.filter(task_id=late.task_id).count(), Entry.objects.count()) == before
+    assert Task.objects.get(pk=late.task_id).status == "needs_human"
+
+
+def test_a_correction_the_guards_refuse_writes_nothing() -> None:
+    provider = Provider()
+    tools = tools_of(provider)
+    inv = invoice()
+    late = late_charge(provider, tools, inv)
+    # Meanwhile another task charged the same invoice: its once-only effect stands.
+    other = task_create(kind="renewal", goal="renew again", refs={"invoice": inv})
+    lease = lease_acquire(task_id=other.pk, owner="runner")
+    assert lease is not None
+    paid = step_record(lease=lease, decision=charge(inv), tools=tools)
+    step_settle(step_id=paid.pk, outcome=Outcome.done({"id": "eff_x"}), via="t", lease=lease)
+    lease_release(lease)
+    before = (Step.objects.filter(task_id=late.task_id).count(), Entry.objects.count())
+    with pytest.raises(TransitionRefused, match="cannot be recorded: already done"):
+        step_correct(step_id=late.pk, actor="ada", evidence={"id": "e"}, reason="x", tools=tools)
+    assert (Step.objects.filter(task_id=late.task_id).count(), Entry.objects.count()) == before
+    task = Task.objects.get(pk=late.task_id)
+    assert task.status == "needs_human" and task.lease_expires_at is None
+
+
+def test_only_a_step_settled_not_done_after_it_was_sent_is_corrected() -> None:
+    provider = Provider()
+    tools = tools_of(provider)
+    late = late_charge(provider, tools)
+    task = Task.objects.get(pk=late.task_id)
+    steps = list(Step.objects.filter(task=task))
+    assert correction_refusal(task=task, step=late, steps=steps) is None
+    done = Step(key="ao:x:1", kind="call", state="done", n=9)
+    assert "only a step settled not done" in str(
+        correction_refusal(task=task, step=done, steps=steps)
+    )
+    refused = Step(key="ao:x:2", kind="call", state="not_done", refusal="already_done", n=8)
+    assert "never sent" in str(correction_refusal(task=task, step=refused, steps=steps))
+    task.status = "finished"
+    assert "only a task that needs a person" in str(
+        correction_refusal(task=task, step=late, steps=steps)
+    )
+
+
+def test_cancel_and_compensate_say_why_not_with_the_services_own_sentence() -> None:
+    provider = Provider()
+    tools = tools_of(provider)
+    task = task_create(kind="renewal", goal="renew", refs={"invoice": invoice()})
+    lease = lease_acquire(task_id=task.pk, owner="runner")
+    assert lease is not None
+    step = step_record(lease=lease, decision=charge(invoice()), tools=tools)
+    lease_release(lease)
+    task_flag(task_id=task.pk, code=Attention.PARKED, reason="looked at by a person")
+    task.refresh_from_db()
+    steps = list(Step.objects.filter(task=task))
+    why = cancel_refusal(task=task, steps=steps)
+    assert why is not None and "it may have happened" in why
+    with pytest.raises(TransitionRefused) as refused:
+        task_cancel(task_id=task.pk, actor="ops", reason="stop")
+    assert str(refused.value) == why
+    # Not a saga, nothing done to undo: compensating is refused, with the same sentence.
+    why = compensate_refusal(task=task, steps=steps)
+    assert why is not None and "no done effect that can be undone" in why
+    with pytest.raises(TransitionRefused) as refused:
+        saga_compensate(task_id=task.pk, actor="ops", reason="undo")
+    assert str(refused.value) == why
+    # Once the charge is settled done, there is something to undo, and nothing stays open.
+    step_settle(step_id=step.pk, outcome=Outcome.done({"id": "eff_1"}), via="operator")
+    steps = list(Step.objects.filter(task=task))
+    assert compensate_refusal(task=task, steps=steps) is None
+    assert cancel_refusal(task=task, steps=steps) is None  # not a saga: a person may stop it
+    task.status = "waiting"
+    assert "only while it needs a person" in str(compensate_refusal(task=task, steps=steps))
+    task.status = "cancelled"
+    assert "it is over" in str(compensate_refusal(task=task, steps=steps))
+    assert "only a task that needs a human" in str(cancel_refusal(task=task, steps=steps))
