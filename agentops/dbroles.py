@@ -180,6 +180,36 @@ APP_COLUMNS: dict[str, Columns] = {
         updatable=("safe_entry_id", "seen_entry_id", "seen_xmax", "updated_at"),
         frozen=("id",),
     ),
+    # An audit of one provider (agentops/audit): its window never changes; how it ended is
+    # written once it has.
+    "agentops_audit_auditrun": Columns(
+        updatable=("finished_at", "listed", "found", "error"),
+        frozen=("id", "provider", "trigger", "since", "until", "started_at"),
+    ),
+    # A finding is stored once, with both sides' evidence as found; a person resolves it once.
+    "agentops_audit_finding": Columns(
+        updatable=("resolved_at", "resolved_by", "resolution"),
+        frozen=(
+            "id",
+            "provider",
+            "kind",
+            "effect_id",
+            "key",
+            "task_id",
+            "step_id",
+            "run_id",
+            "summary",
+            "provider_side",
+            "journal_side",
+            "differences",
+            "found_at",
+        ),
+    ),
+    # What was last seen of a provider: when its next audit is due, which run answered.
+    "agentops_audit_providerwatch": Columns(
+        updatable=("next_audit_at", "audited_at", "address", "boot", "checked_at"),
+        frozen=("id", "provider"),
+    ),
 }
 
 # Apps whose every table must be listed in APP_COLUMNS.

@@ -6,6 +6,7 @@ from uuid import UUID
 
 from django.db import close_old_connections
 
+from agentops.audit.services import audit_due
 from agentops.notifications.services import delivery_attempt, notifications_after_run
 from agentops.runner import task_run
 
@@ -26,5 +27,13 @@ def deliver_notification(delivery_id: int) -> str:
     close_old_connections()
     try:
         return delivery_attempt(delivery_id=int(delivery_id))
+    finally:
+        close_old_connections()
+
+
+def audit_provider(trigger: str, provider: str) -> str:
+    close_old_connections()
+    try:
+        return audit_due(provider=str(provider), trigger=str(trigger))
     finally:
         close_old_connections()

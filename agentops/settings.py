@@ -90,6 +90,9 @@ INSTALLED_APPS = [
     # Notifications out: the agent builder's own endpoint told of tasks that need a person,
     # await approval, finish or are compensated (agentops/notifications).
     "agentops.notifications",
+    # The provider audit: each provider's records matched, by key, against the journal, daily
+    # and after a provider restarts; findings for people (agentops/audit).
+    "agentops.audit",
     # The shipped task kinds (renewals, trips, reminders), an app on the public API.
     "commerce",
 ]
@@ -378,6 +381,16 @@ NOTIFY_RETRY_SCHEDULE = tuple(
     if s.strip()
 )
 NOTIFY_TIMEOUT_SECONDS = _env_float("NOTIFY_TIMEOUT_SECONDS", 5.0)
+
+# The provider audit (agentops/audit, README "The provider audit"). Each provider an app
+# declares an audit for is audited this often, through RQ's scheduler (0: only by hand,
+# `manage.py audit_providers`), over the effects of this far back (each audit overlaps the
+# last: what a provider shows late is still seen).
+AUDIT_INTERVAL_SECONDS = _env_float("AUDIT_INTERVAL_SECONDS", 24 * 3600.0)
+AUDIT_WINDOW_SECONDS = _env_float("AUDIT_WINDOW_SECONDS", 2 * 24 * 3600.0)
+# How often the sweeper asks each provider who answers (a provider that can say: the
+# sandboxes); a new run at the same address is a restart, audited at once (0: never asked).
+AUDIT_RESTART_CHECK_SECONDS = _env_float("AUDIT_RESTART_CHECK_SECONDS", 60.0)
 
 # The MCP server (agentops/mcp, `manage.py mcp_server`). How long an intent's call waits for its
 # task to settle the effect before it answers with what is known (unknown, and being checked).

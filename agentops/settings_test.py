@@ -31,6 +31,11 @@ DATABASES["default"]["OPTIONS"].update(idle_in_transaction_limit(JOURNAL_LEASE_S
 # The sweeper re-rings a task after a second, not half a minute.
 SWEEP_GRACE_SECONDS = 1.0
 
+# No audit runs on its own in the processes the tests start (an audit over days of other
+# tests' steps would hand their tasks to a person): the audit's own tests run it, or set these.
+AUDIT_INTERVAL_SECONDS = float(os.environ.get("AUDIT_INTERVAL_SECONDS", "0"))
+AUDIT_RESTART_CHECK_SECONDS = float(os.environ.get("AUDIT_RESTART_CHECK_SECONDS", "0"))
+
 # In-process tests render pages without running collectstatic first: plain storage, no
 # manifest. The served-like-production tests run gunicorn with the real settings and a
 # collectstatic of their own (tests/agentops/test_serving.py).

@@ -21,7 +21,9 @@ from agentops.telemetry import instruments
 RUN_JOB = "agentops.jobs.run_task"
 # A notification's attempt (agentops.notifications.services.delivery_ring).
 DELIVER_JOB = "agentops.jobs.deliver_notification"
-JOBS = frozenset({RUN_JOB, DELIVER_JOB})
+# An audit of one provider's records (agentops.audit.services.audit_ring).
+AUDIT_JOB = "agentops.jobs.audit_provider"
+JOBS = frozenset({RUN_JOB, DELIVER_JOB, AUDIT_JOB})
 
 # The ``manage.py`` arguments that start one worker: the default queue, the scheduler that
 # rings delayed doorbells, JSON jobs only.

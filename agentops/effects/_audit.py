@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from agentops.effects._registry import registry, tools
+from agentops.effects._registry import registry
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,8 @@ class Audit:
     def expected(
         self, tool: str, args: Mapping[str, Any], evidence: Mapping[str, Any]
     ) -> dict[str, Any]:
-        declared = tools().get(tool)
-        money = declared.money if declared is not None else None
+        factory = registry.tools.get(tool)
+        money = factory().money if factory is not None else None
         if money is None:
             return {}
         return {"amount": args.get(money.amount), "currency": args.get(money.currency)}

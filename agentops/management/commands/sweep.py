@@ -1,5 +1,6 @@
-"""The sweeper: ring for every task the journal says is runnable and nobody runs, and for every
-notification the journal owes (agentops/notifications) that is due and nobody attempts."""
+"""The sweeper: ring for every task the journal says is runnable and nobody runs, for every
+notification the journal owes (agentops/notifications) that is due and nobody attempts, and for
+every provider audit that is due or lost, or whose provider restarted (agentops/audit)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
+from agentops.audit.services import audits_sweep
 from agentops.notifications.services import notifications_sweep
 from agentops.runner import tasks_sweep
 from agentops.telemetry import instruments
@@ -49,6 +51,18 @@ class Command(BaseCommand):
             except Exception as exc:
                 log.warning(
                     "notifications sweep failed: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                    extra={"error": str(exc)},
+                )
+            # On its own too: a provider that cannot say who answers holds up nothing else.
+            try:
+                audited = audits_sweep()
+                if audited:
+                    log.info("rang for %s provider audit(s)", audited, extra={"audits": audited})
+            except Exception as exc:
+                log.warning(
+                    "audit sweep failed: %s: %s",
                     type(exc).__name__,
                     exc,
                     extra={"error": str(exc)},
