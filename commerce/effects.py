@@ -1,7 +1,8 @@
 """What the shipped kinds give agentops, through its public API (``agentops.effects``): their
-tools, kinds, intents (served over MCP) and playbooks, the sandbox providers that stand in for
-Stripe, a mail API and a bookings API, the customer's payment page and Stripe's webhook, and
-the task page's link to the customer's page and its "Retry payment" action."""
+tools, kinds, intents (served over MCP) and playbooks, how their providers' effects are listed
+for the provider audit, the sandbox providers that stand in for Stripe, a mail API and a
+bookings API, the customer's payment page and Stripe's webhook, and the task page's link to
+the customer's page and its "Retry payment" action."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from agentops import effects
 from commerce import playbooks
+from commerce.audits import AUDITS
 from commerce.customers.links import payment_link
 from commerce.customers.selectors import PaymentState, payment_of
 from commerce.customers.services import PaymentRefused, payment_retry
@@ -37,6 +39,10 @@ for kind in KINDS:
 # Served over MCP (manage.py mcp_server): "the charge for this invoice", "reminder N of it".
 for intent in INTENTS:
     effects.register_intent(intent)
+
+# The provider audit (README, "The provider audit"): how each provider lists our effects.
+for audit in AUDITS:
+    effects.register_audit(audit)
 
 effects.register_playbook("renewal")(playbooks.renewal)
 effects.register_playbook("trip")(playbooks.trip)
