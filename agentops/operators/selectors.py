@@ -2,8 +2,8 @@
 
 The list: one query for the counters, one for the page's rows (with what each row shows
 annotated), one count for the paginator, one for the tasks needing a person. A task: one
-query each for the task, its steps, its entries, its approvals and its notifications — a
-200-step task costs what a 2-step one does.
+query each for the task, its steps, its entries, its approvals, its notifications and its
+provider audit findings — a 200-step task costs what a 2-step one does.
 
 Each page also has a **fingerprint** of what it shows, so a poll whose page has not changed
 gets a 204. It is computed from the rows themselves, never from "entries after id N":
@@ -26,6 +26,8 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils.safestring import SafeString
 
+from agentops.audit.models import Finding
+from agentops.audit.selectors import findings_of
 from agentops.kinds import kinds
 from agentops.notifications.models import Delivery
 from agentops.notifications.selectors import deliveries_of
@@ -208,6 +210,8 @@ class TaskPage:
     finish: Step | None = None
     deliveries: list[Delivery] = field(default_factory=list)
     """What NOTIFY_URL was told of this task (agentops/notifications)."""
+    findings: list[Finding] = field(default_factory=list)
+    """What the provider audit found of this task's effects (agentops/audit)."""
 
 
 def _badge(step: Step) -> str:
@@ -269,6 +273,7 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         )
     held = next((a for a in approvals if a.state == ApprovalState.PENDING), None)
     deliveries = deliveries_of(task_id=task_id)
+    findings = findings_of(task_id=task_id)
     # A notification still being tried keeps the page polling after the task is over.
     live = task.status in (*ADVANCING, TaskStatus.AWAITING_APPROVAL) or any(
         d.settled_at is None for d in deliveries
@@ -283,6 +288,7 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         len(entries),
         [(a.pk, a.state) for a in approvals],
         [(d.pk, d.state, d.attempts, d.settled_at) for d in deliveries],
+        [(f.pk, f.resolved_at) for f in findings],
     )
     return TaskPage(
         task=task,
@@ -295,6 +301,7 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         operator_entries=[e for _, e in entries if e.kind == "operator_action"],
         finish=finish,
         deliveries=deliveries,
+        findings=findings,
     )
 
 

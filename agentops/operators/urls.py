@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from agentops.operators import views
+from agentops.operators import findings, views
 
 app_name = "operators"
 
@@ -13,4 +13,8 @@ urlpatterns: list[URLPattern] = [
     path("tasks/<uuid:task_id>", views.task_detail, name="task"),
     path("tasks/<uuid:task_id>/steps/<int:n>/<slug:action>", views.task_action, name="step-action"),
     path("tasks/<uuid:task_id>/<slug:action>", views.task_action, name="action"),
+    # The provider audit's findings (agentops/audit).
+    path("audit/", findings.finding_list, name="audit"),
+    path("audit/<int:finding_id>", findings.finding_detail, name="finding"),
+    path("audit/<int:finding_id>/resolve", findings.finding_resolve_view, name="finding-resolve"),
 ]
