@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from functools import lru_cache
 from uuid import UUID
 
 KEY_PREFIX = "ao"
@@ -92,6 +93,8 @@ def _invisible(char: str) -> bool:
 
 def name_problem(raw: str) -> str | None:
     """Why ``raw`` cannot be normalised safely as (part of) an object's name, or None."""
+    if raw.isascii() and raw.isprintable():  # no control, nothing invisible: only blanks
+        return "has nothing visible in it" if raw.isspace() else None
     for char in raw:
         what = _UNSAFE_CATEGORIES.get(unicodedata.category(char))
         if what is not None:
@@ -110,6 +113,7 @@ def _visible(raw: str) -> str:
     )
 
 
+@lru_cache(maxsize=4096)
 def object_name(raw: str) -> str:
     """A business object's name as people read it: NFKC, zero-width spaces read as spaces and
     every other invisible character removed, each
@@ -119,10 +123,14 @@ def object_name(raw: str) -> str:
     problem = name_problem(raw)
     if problem is not None:
         raise UnsafeName(f"the name {raw[:80]!r} {problem}")
-    text = "".join(
-        " " if c in _ZERO_WIDTH_SPACES else c
-        for c in unicodedata.normalize("NFKC", raw)
-        if c in _ZERO_WIDTH_SPACES or not _invisible(c)
+    text = (
+        raw  # NFKC leaves ASCII as it is, and ASCII has no invisible characters
+        if raw.isascii()
+        else "".join(
+            " " if c in _ZERO_WIDTH_SPACES else c
+            for c in unicodedata.normalize("NFKC", raw)
+            if c in _ZERO_WIDTH_SPACES or not _invisible(c)
+        )
     )
     parts = [" ".join(part.split()) for part in text.split(":")]
     if not all(parts):
@@ -130,6 +138,7 @@ def object_name(raw: str) -> str:
     return ":".join(parts)
 
 
+@lru_cache(maxsize=4096)
 def object_form(raw: str) -> str:
     """The one normal form names are compared in: :func:`object_name`, case folded (and
     NFKC again, as folding can leave a character that NFKC would change), with no white

@@ -506,11 +506,12 @@ class _Asked:
         rules = self.rules
         if rules is None:
             return None
+        reason = rules.hold(tool=call.tool, args=call.args, facts=self.facts)
+        if reason is None:
+            return None  # the usual case: checked once, as it is recorded
         # A call the rules refuse is recorded as refused: nobody is asked to approve it.
         checked = decision_check(decision=call, tools=self.tools, rules=rules, facts=self.facts)
-        if checked.refused is not None:
-            return None
-        return rules.hold(tool=call.tool, args=call.args, facts=self.facts)
+        return None if checked.refused is not None else reason
 
     def verify_before(self, tool: str) -> bool:
         return self.rules is not None and self.rules.verify_before(tool=tool)

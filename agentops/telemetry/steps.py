@@ -170,8 +170,14 @@ def _first_unknown(task_id: UUID, step_ids: Sequence[int]) -> dict[int, tuple[in
 def events_of(entries: Sequence[Entry], task_id: UUID) -> list[StepEvent]:
     """The events these entries (with their steps, in commit order) tell. An attempt's
     duration is known when its start is among them: a run always writes both."""
+    # A step settled at its first attempt without a lookup was never unknown: no need to
+    # look for when it first was (the usual step costs no query here).
     settling = [
-        e.step_id for e in entries if e.kind == EntryKind.STEP_SETTLED and e.step_id is not None
+        e.step_id
+        for e in entries
+        if e.kind == EntryKind.STEP_SETTLED
+        and e.step is not None
+        and (e.step.attempts > 1 or e.step.lookups > 0 or (e.data or {}).get("state") == "unknown")
     ]
     unknown_since = _first_unknown(task_id, sorted(set(settling)))
     starts: dict[tuple[int, int], datetime] = {}
@@ -261,6 +267,7 @@ def run_entries(*, task_id: UUID, token: int, since: datetime) -> list[Entry]:
         Entry.objects.filter(task_id=task_id, at__gte=since, at__lt=until, kind__in=RUN_KINDS)
         .filter(step__isnull=False)
         .select_related("step")
+        .defer("step__args", "step__decision", "step__outcome")  # not told: only read
         .order_by("id")
     )
     return [
