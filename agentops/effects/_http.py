@@ -73,16 +73,16 @@ class _ProviderSession(requests.Session):
 
     def merge_environment_settings(  # type: ignore[override]
         self, url: str, proxies: Any, stream: Any, verify: Any, cert: Any
-    ) -> dict[str, Any]:
+    ) -> Any:
         if proxies or stream is not None or verify is not None or cert is not None:
             return super().merge_environment_settings(url, proxies, stream, verify, cert)
         parts = urlsplit(url)
         origin = (parts.scheme, parts.netloc)
         found = self._environment.get(origin)
         if found is None:
-            found = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            found = dict(super().merge_environment_settings(url, proxies, stream, verify, cert))
             self._environment[origin] = found
-        return dict(found, proxies=dict(found["proxies"]))
+        return {**found, "proxies": dict(found["proxies"])}
 
 
 _sessions: dict[int, requests.Session] = {}

@@ -173,7 +173,7 @@ def events_of(entries: Sequence[Entry], task_id: UUID) -> list[StepEvent]:
     # A step settled at its first attempt without a lookup was never unknown: no need to
     # look for when it first was (the usual step costs no query here).
     settling = [
-        e.step_id
+        e.step.pk
         for e in entries
         if e.kind == EntryKind.STEP_SETTLED
         and e.step is not None
