@@ -212,6 +212,11 @@ APP_COLUMNS: dict[str, Columns] = {
     ),
 }
 
+# The guards' claims (journal migration 0012): kept by the database's own trigger
+# (journal_step_claims, a security definer), never written by the app, which only reads
+# them. A claim the app could delete would let an object's once-only effect happen twice.
+CLAIM_TABLES = ("journal_object_live", "journal_object_once", "journal_step_undo")
+
 # Apps whose every table must be listed in APP_COLUMNS.
 LISTED_APPS = ("journal", "agentops")
 
@@ -251,7 +256,7 @@ def _checked(tables: dict[str, list[str]]) -> None:
     for table, columns in sorted(tables.items()):
         listed = APP_COLUMNS.get(table)
         if listed is None:
-            if table.split("_", 1)[0] in LISTED_APPS:
+            if table.split("_", 1)[0] in LISTED_APPS and table not in CLAIM_TABLES:
                 problems.append(f"table {table} is not listed")
             continue
         if listed.frozen == ALL:
@@ -297,7 +302,7 @@ def app_privileges_sql(
             if listed.updatable:
                 columns = ", ".join(_quote(connection, c) for c in listed.updatable)
                 statements.append(f"GRANT UPDATE ({columns}) ON TABLE {name} TO {role}")
-        elif table in READ_ONLY_TABLES:
+        elif table in READ_ONLY_TABLES or table in CLAIM_TABLES:
             statements.append(f"GRANT SELECT ON TABLE {name} TO {role}")
         else:
             statements.append(f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {name} TO {role}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -274,37 +275,30 @@ class Step(models.Model):
                 | Q(state__in=LIVE_STATES, settled_at__isnull=True),
                 name="journal_step_settled_at_iff_settled",
             ),
-            # The guard (docs/design.md §6): while an effect on an object is in flight or
-            # unknown, no second one may be recorded. Refusals are caught by constraint name.
-            models.UniqueConstraint(
-                fields=["guard_key"],
-                condition=Q(state__in=LIVE_STATES, guard_key__isnull=False),
-                name=GUARD_CONSTRAINT,
-            ),
-            # Once per object: a second effect on an object whose first happened (or may
-            # have) and was not undone is refused, across tasks.
-            models.UniqueConstraint(
-                fields=["guard_key"],
-                condition=Q(
-                    once=True,
-                    offset_by__isnull=True,
-                    state__in=STANDING_STATES,
-                    guard_key__isnull=False,
-                ),
-                name=ONCE_CONSTRAINT,
-            ),
-            # At most one undo of a step that stands or may stand.
-            models.UniqueConstraint(
-                fields=["offsets"],
-                condition=Q(state__in=STANDING_STATES, offsets__isnull=False),
-                name=UNDO_CONSTRAINT,
-            ),
+            # The guards (docs/design.md §6) are not here: an index that named the state
+            # would make every settlement rewrite every index of the step (no HOT update).
+            # They are the claims below, kept by journal_step_claims.
         ]
         indexes = [
+            # Only unknown steps have a next lookup time (set when one goes unknown, cleared
+            # when it settles): so the index names no state, and a pending step's settlement
+            # leaves it alone.
             models.Index(
                 fields=["next_check_at"],
-                condition=Q(state=StepState.UNKNOWN),
+                condition=Q(next_check_at__isnull=False),
                 name="journal_step_due_for_lookup",
+            ),
+            # Steps by state for the few questions asked across tasks (how many are unknown,
+            # by tool): a summary of each range of pages (BRIN), which a HOT update keeps up
+            # to date without blocking it, unlike a B-tree naming the state. Unknown steps
+            # are rare, so few ranges have one.
+            BrinIndex(fields=["state"], name="journal_step_state_ranges"),
+            # Every step that acted, or would, on an object, by its normal form (people's and
+            # clients' questions: what was done to this invoice?). The column never changes.
+            models.Index(
+                fields=["guard_key"],
+                condition=Q(guard_key__isnull=False),
+                name="journal_step_by_object",
             ),
         ]
 
@@ -323,6 +317,70 @@ class Step(models.Model):
     def evidence(self) -> dict[str, Any]:
         evidence = self.outcome.get("evidence", {})
         return dict(evidence) if isinstance(evidence, dict) else {}
+
+
+class ObjectLive(models.Model):
+    """An effect on a business object that is in flight or unknown: at most one per object,
+    across tasks (docs/design.md §6). The row is the step's claim while it is open; the
+    primary key is the guard (named ``GUARD_CONSTRAINT``). Kept by the database
+    (``journal_step_claims``) as steps are recorded and settle; the app may only read it."""
+
+    guard_key = models.CharField(max_length=255, primary_key=True)
+    step = models.ForeignKey(
+        Step, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+
+    class Meta:
+        db_table = "journal_object_live"
+
+    def __str__(self) -> str:
+        return f"{self.guard_key} (in flight: step {self.step_id})"
+
+
+class ObjectOnce(models.Model):
+    """An object's once-only effect that happened, or may have, and was not undone: at most
+    one per object, for good (docs/design.md §6; the primary key is ``ONCE_CONSTRAINT``).
+    Compact and kept apart from the steps, with what the refusal of a second effect names
+    (the step's key, tool, evidence, when it settled), so it holds even when old steps are
+    gone. Kept by the database (``journal_step_claims``); the app may only read it."""
+
+    guard_key = models.CharField(max_length=255, primary_key=True)
+    step = models.ForeignKey(
+        Step, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    task_id = models.UUIDField()
+    key = models.CharField(max_length=255)
+    tool = models.CharField(max_length=100)
+    evidence = models.JSONField(default=dict, blank=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "journal_object_once"
+
+    def __str__(self) -> str:
+        return f"{self.guard_key} (once: {self.key})"
+
+
+class StepUndo(models.Model):
+    """The one undo of a step that stands or may stand (the primary key is
+    ``UNDO_CONSTRAINT``). Kept by the database (``journal_step_claims``)."""
+
+    offsets = models.OneToOneField(
+        Step,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        primary_key=True,
+        related_name="+",
+    )
+    step = models.ForeignKey(
+        Step, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+
+    class Meta:
+        db_table = "journal_step_undo"
+
+    def __str__(self) -> str:
+        return f"undo of step {self.offsets_id}: step {self.step_id}"
 
 
 class EntryKind(models.TextChoices):

@@ -17,13 +17,15 @@ from journal.leases import Lease, LeaseLost, lease_seconds
 from journal.models import (
     GUARD_CONSTRAINT,
     ONCE_CONSTRAINT,
-    STANDING_STATES,
     UNDO_CONSTRAINT,
     Approval,
     ApprovalState,
     EntryKind,
+    ObjectLive,
+    ObjectOnce,
     Step,
     StepKind,
+    StepUndo,
     Task,
     TaskStatus,
 )
@@ -358,21 +360,29 @@ def _guard_refusal(
     offsets: int | None,
     task_id: Any,
 ) -> tuple[Refusal, str, dict[str, Any]]:
-    """Why the database refused the step, told from the step that stands in its way (found
-    by the object's normal form; named as this decision named it)."""
+    """Why the database refused the step, told from the step that stands in its way: the
+    step behind the claim it ran into (journal_step_claims), named as this decision named
+    it. A once-only claim whose step is no longer kept tells it from what it kept."""
+    once = None
     if constraint == UNDO_CONSTRAINT and offsets is not None:
-        holder = (
-            Step.objects.filter(
-                offsets__task_id=task_id, offsets__n=offsets, state__in=STANDING_STATES
-            )
-            .order_by("n")
-            .first()
+        claim = StepUndo.objects.filter(offsets__task_id=task_id, offsets__n=offsets)
+        holder_id = claim.values_list("step_id", flat=True).first()
+    elif constraint == GUARD_CONSTRAINT:
+        holder_id = (
+            ObjectLive.objects.filter(guard_key=guard_key).values_list("step_id", flat=True).first()
         )
     else:
-        standing = Step.objects.filter(guard_key=guard_key, state__in=STANDING_STATES)
-        if constraint == ONCE_CONSTRAINT:
-            standing = standing.filter(once=True, offset_by__isnull=True)  # not an undone one
-        holder = standing.order_by("-state").first()  # unknown / pending before done
+        once = ObjectOnce.objects.filter(guard_key=guard_key).first()
+        holder_id = once.step_id if once is not None else None
+    holder = Step.objects.filter(pk=holder_id).first() if holder_id is not None else None
+    if holder is None and once is not None:
+        holder = Step(
+            key=once.key,
+            tool=once.tool,
+            state=StepState.DONE,
+            settled_at=once.settled_at,
+            outcome={"evidence": once.evidence},
+        )
     if holder is None:  # it settled or was undone meanwhile: the decision may be made again
         return (
             Refusal.IN_FLIGHT,

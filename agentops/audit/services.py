@@ -41,7 +41,7 @@ from agentops.effects import Audit, ProviderEffect, audits
 from agentops.runner import run_queue
 from agentops.workers import AUDIT_JOB
 from journal.entries import entries_add, entry
-from journal.models import STANDING_STATES, Attention, EntryKind, Step, Task, TaskStatus
+from journal.models import Attention, EntryKind, Step, StepUndo, Task, TaskStatus
 from journal.outcomes import StepState
 from journal.status import task_flag
 
@@ -101,7 +101,8 @@ def _sides(steps: Iterable[Step]) -> list[StepSide]:
 
 
 def _with_undoing(steps: Any) -> Any:
-    undo = Step.objects.filter(offsets_id=OuterRef("pk"), state__in=STANDING_STATES)
+    # A standing undo of the step (pending, unknown or done) holds its claim: one index read.
+    undo = StepUndo.objects.filter(offsets_id=OuterRef("pk"))
     return steps.annotate(undoing=Exists(undo)).defer("decision")
 
 

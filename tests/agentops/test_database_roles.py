@@ -345,3 +345,23 @@ def test_no_temporary_table_can_stand_in_for_a_journal_table(
             )
         owner.rollback()
     assert Step.objects.get(pk=paid.pk).offset_by_id is None
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "DELETE FROM journal_object_once",
+        "DELETE FROM journal_object_live",
+        "DELETE FROM journal_step_undo",
+        "INSERT INTO journal_object_once (guard_key, step_id, task_id, key, tool, evidence)"
+        " VALUES ('x', 1, gen_random_uuid(), 'k', 't', '{}')",
+        "UPDATE journal_object_once SET step_id = 0",
+    ],
+)
+def test_the_app_only_reads_the_guards_claims(
+    app_sql: psycopg.Connection[tuple[object, ...]], statement: str
+) -> None:
+    """The claims are the database's own (journal_step_claims): an app that could delete the
+    claim of a paid invoice could pay it again."""
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        app_sql.execute(statement)
