@@ -349,6 +349,14 @@ CUSTOMER_LINK_MAX_AGE_DAYS = int(os.environ.get("CUSTOMER_LINK_MAX_AGE_DAYS", "3
 # page is permissioned and recorded with their name instead, and is not counted.
 CUSTOMER_RETRY_LIMIT = int(os.environ.get("CUSTOMER_RETRY_LIMIT", "3"))
 CUSTOMER_RETRY_WINDOW_SECONDS = int(os.environ.get("CUSTOMER_RETRY_WINDOW_SECONDS", "3600"))
+# Where customers open their payment page, for the link in their emails (receipt, payment
+# failed, itinerary); empty: AGENTOPS_BASE_URL.
+CUSTOMER_BASE_URL = os.environ.get("CUSTOMER_BASE_URL", "").rstrip("/")
+# Who the customer's page says they are paying, and how to reach them (an expired link, a
+# question): shown on every customer page.
+MERCHANT_NAME = os.environ.get("MERCHANT_NAME", "agentops demo shop")
+MERCHANT_EMAIL = os.environ.get("MERCHANT_EMAIL", "billing@example.com")
+MERCHANT_PHONE = os.environ.get("MERCHANT_PHONE", "")
 
 # The HTTP API for other programs (agentops/api). Requests a client's token may make per
 # minute, counted in PostgreSQL on the client's own row (a fixed window by the database's

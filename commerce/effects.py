@@ -112,7 +112,7 @@ def _invoice(task: Any) -> str | None:
 
 def _customer_page(task: Any) -> str | None:
     invoice = _invoice(task)
-    return payment_link(invoice) if invoice else None
+    return payment_link(invoice, task.pk) if invoice else None
 
 
 def _retryable(task: Any) -> bool:

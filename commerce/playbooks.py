@@ -7,6 +7,8 @@ from typing import Any
 
 from agentops.effects import Call, Decision, Finish, Refusal, StepFact, StepState, TaskFacts
 from agentops.money import money_text
+from commerce.customers.declines import decline_in
+from commerce.customers.links import payment_url
 
 
 def _last(facts: TaskFacts, tool: str) -> StepFact | None:
@@ -37,16 +39,20 @@ def renewal(facts: TaskFacts) -> Decision:
     if email is None:
         paid = charge.state == StepState.DONE
         amount = money_text(r["amount"], r.get("currency", "usd"))
+        page = payment_url(r["invoice"], facts.task_id)
+        decline = decline_in(charge.detail)
         return Call(
             "send_email",
             {
                 "to": r["email"],
                 "subject": f"{'Receipt' if paid else 'Payment failed'} for {r['invoice']}",
                 "body": (
-                    f"We received your payment of {amount}. Thank you."
+                    f"We received your payment of {amount} for {r['invoice']}. Thank you.\n\n"
+                    f"Your receipt: {page}"
                     if paid
-                    else f"Your payment of {amount} did not go through ({charge.detail}). "
-                    "Please update your card."
+                    else f"Your payment of {amount} for {r['invoice']} did not go through: "
+                    f"{decline.reason} No money has been taken.\n\n"
+                    f"Pay with another card: {page}"
                 ),
                 "reference": r["invoice"],
                 "purpose": "receipt" if paid else "payment_failed",
@@ -78,7 +84,11 @@ def trip(facts: TaskFacts) -> Decision:
         "send_email": {
             "to": r["email"],
             "subject": f"Your trip {r['invoice']}",
-            "body": f"Flight {r['flight']}, hotel {r['hotel']} from {r['check_in']}.",
+            "body": (
+                f"Flight {r['flight']}, hotel {r['hotel']} from {r['check_in']} to "
+                f"{r['check_out']}.\n\nYour payment and trip: "
+                f"{payment_url(r['invoice'], facts.task_id)}"
+            ),
             "reference": r["invoice"],
             "purpose": "itinerary",
         },

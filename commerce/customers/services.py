@@ -5,6 +5,7 @@ reason). One path for both, so both are checked alike."""
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -13,11 +14,24 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from agentops.effects import EntryKind, Task, entries_add, entry, task_start
-from commerce.customers.selectors import PaymentState, payment_of
+from commerce.customers.selectors import Payment, PaymentState, payment_of
 
 # Who a retry from the payment page is recorded as: the link is a bearer token, and whoever
 # holds it is, to us, the customer. An operator's retry carries their username instead.
 CUSTOMER = "customer"
+# The entry's action when the customer's card was refused (recorded, and counted as a try).
+CARD_REFUSED = "pay_with_card_refused"
+# A card token as the renewal's references take it (commerce.kinds.PAYMENT_METHOD); \Z, not
+# $, which would let a trailing newline through.
+CARD_TOKEN = re.compile(r"pm_[A-Za-z0-9_]{1,100}\Z")
+# In test mode (a test key: the sandbox, or Stripe's own test mode) the page offers the
+# provider's test cards, as Stripe documents them; with a live key, Stripe.js makes the token.
+TEST_CARDS = (
+    ("pm_card_visa", "Visa ending 4242"),
+    ("pm_card_mastercard", "Mastercard ending 4444"),
+    ("pm_card_amex", "American Express ending 8431"),
+    ("pm_card_chargeDeclinedInsufficientFunds", "Visa ending 9995 (test: declined, no funds)"),
+)
 
 
 class PaymentRefused(Exception):
@@ -48,19 +62,24 @@ class RetryThrottled(PaymentRefused):
         return max(1, math.ceil((self.retry_at - timezone.now()).total_seconds()))
 
 
-def payment_retry(*, invoice: str, actor: str, reason: str = "") -> Task:
-    """Start a new attempt at paying the invoice, through the harness, as its last renewal
-    asked; ``actor`` is :data:`CUSTOMER`, or an operator's username with ``reason``, why.
+def payment_retry(*, invoice: str, actor: str, reason: str = "", payment_method: str = "") -> Task:
+    """Start a new attempt at paying the invoice, through the harness; ``actor`` is
+    :data:`CUSTOMER` with the ``payment_method`` they chose (another card), or an operator's
+    username with ``reason``, why (the card of the last renewal).
 
     Refused unless the payment is certainly not done — checked here, on the server, under a
-    lock on the invoice, so two tabs, two devices, or a customer and an operator cannot both
-    start one (and the journal's guards would refuse a second charge anyway). The customer's
-    retries are also counted under that lock (``CUSTOMER_RETRY_LIMIT`` per
-    ``CUSTOMER_RETRY_WINDOW_SECONDS``): no race lets one more through. An operator's retry
-    is recorded on the new task with who and why."""
+    lock on the invoice, so two tabs, two devices, a double click, or a customer and an
+    operator cannot both start one (and the journal's guards would refuse a second charge
+    anyway: the new renewal's charge is a keyed step guarded by its invoice). The customer's
+    card is untrusted text: one that is not a card token, or is the card just declined, is
+    refused with a sentence and the refusal recorded on the invoice's last renewal. The
+    customer's tries, started or refused, are counted under that lock
+    (``CUSTOMER_RETRY_LIMIT`` per ``CUSTOMER_RETRY_WINDOW_SECONDS``): no race lets one more
+    through. An operator's retry is recorded on the new task with who and why."""
     why = reason.strip()[:2000]
     if actor != CUSTOMER and not why:
         raise PaymentRefused("", operator="Say why: the journal records every operator's reason.")
+    refused: PaymentRefused | None = None
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"pay:{invoice.lower()}"])
@@ -76,18 +95,42 @@ def payment_retry(*, invoice: str, actor: str, reason: str = "") -> Task:
             .order_by("-created_at")
             .first()
         )
+        if payment.cancelled:
+            raise PaymentRefused(
+                "This was cancelled, so nothing is owed and nothing can be paid here.",
+                operator=f"Not started: the latest task for {invoice} was cancelled.",
+            )
         if last is None or not payment.retryable:
             raise PaymentRefused(
                 "This payment cannot be tried again online; please contact us.",
                 operator=f"Not started: no renewal of {invoice} to try again.",
             )
+        refs = dict(last.refs)
         if actor == CUSTOMER:
             _customer_within_limit(invoice)
-            goal = f"The customer tried paying {invoice} again from the payment page"
+            problem = card_problem(payment_method, declined=payment)
+            if problem:
+                # Recorded (and counted) on the renewal the customer's link is about, then
+                # refused once this block has committed the record.
+                entries_add(
+                    entry(
+                        kind=EntryKind.OPERATOR_ACTION,
+                        task_id=last.pk,
+                        actor=CUSTOMER,
+                        action=CARD_REFUSED,
+                        reason=problem,
+                        payment_method=payment_method[:120],
+                    )
+                )
+                refused = PaymentRefused(problem)
+            else:
+                refs["payment_method"] = payment_method
+                goal = f"The customer paid {invoice} with another card from the payment page"
         else:
             goal = f"{actor} (an operator) tried paying {invoice} again from the task page"
-        task = task_start(kind="renewal", goal=goal, refs=dict(last.refs), actor=actor)
-        if actor != CUSTOMER:
+        if refused is None:
+            task = task_start(kind="renewal", goal=goal, refs=refs, actor=actor)
+        if refused is None and actor != CUSTOMER:
             entries_add(
                 entry(
                     kind=EntryKind.OPERATOR_ACTION,
@@ -98,20 +141,43 @@ def payment_retry(*, invoice: str, actor: str, reason: str = "") -> Task:
                     after=str(last.pk),
                 )
             )
-        return task
+    if refused is not None:
+        raise refused
+    return task
+
+
+def card_problem(payment_method: str, *, declined: Payment) -> str:
+    """Why the customer's card cannot be charged, as a sentence for them; empty when it can.
+
+    ``payment_method`` comes from the browser: a token that Stripe.js (or, in test mode, the
+    page's list of test cards) makes for the card, ``pm_…``. The card just declined is never
+    charged again, unless the bank's reason was passing (a processing error)."""
+    if not payment_method:
+        return "Please choose the card to pay with."
+    if not CARD_TOKEN.fullmatch(payment_method):
+        return (
+            "That is not a card we can charge: the card field takes a card token such as "
+            "pm_card_visa. Nothing was charged."
+        )
+    if payment_method == declined.declined_card and not declined.decline.same_card:
+        return (
+            "That is the card that was just declined. Please pay with another card. "
+            "Nothing was charged."
+        )
+    return ""
 
 
 def _customer_within_limit(invoice: str) -> None:
-    """Raise :class:`RetryThrottled` when the customer already started the limit's worth of
-    renewals of this invoice within the window. The renewals themselves are the counter
-    (their creation time is the database's clock): no table of its own, nothing in Redis,
-    and the caller's lock on the invoice makes count-then-start atomic."""
+    """Raise :class:`RetryThrottled` when the customer already tried the limit's worth of
+    times to pay this invoice within the window: renewals they started, and cards of theirs
+    refused. Those records are the counter (their times are the database's clock): no table
+    of its own, nothing in Redis, and the caller's lock on the invoice makes count-then-start
+    atomic. So a refused card, recorded each time, cannot be sent without end either."""
     limit = max(1, settings.CUSTOMER_RETRY_LIMIT)
     window = timedelta(seconds=settings.CUSTOMER_RETRY_WINDOW_SECONDS)
-    recent = list(
-        Task.objects.filter(
-            kind="renewal",
-            refs__invoice__iexact=invoice,
+    renewals = Task.objects.filter(kind="renewal", refs__invoice__iexact=invoice)
+    started = (
+        renewals.filter(
             created_at__gt=Now() - window,
             entries__kind=EntryKind.TASK_CREATED,
             entries__actor=CUSTOMER,
@@ -119,6 +185,17 @@ def _customer_within_limit(invoice: str) -> None:
         .order_by("-created_at")
         .values_list("created_at", flat=True)[:limit]
     )
+    refused = (
+        renewals.filter(
+            entries__kind=EntryKind.OPERATOR_ACTION,
+            entries__actor=CUSTOMER,
+            entries__data__action=CARD_REFUSED,
+            entries__at__gt=Now() - window,
+        )
+        .order_by("-entries__at")
+        .values_list("entries__at", flat=True)[:limit]
+    )
+    recent = sorted([*started, *refused], reverse=True)[:limit]
     if len(recent) >= limit:
         # When the oldest of these leaves the window, one more fits.
         raise RetryThrottled(retry_at=recent[-1] + window)

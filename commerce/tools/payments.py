@@ -67,6 +67,10 @@ def observe_stripe(exc: stripe.StripeError) -> Observation:
         return seen
     error = exc.error
     code = (error.code if error else None) or (error.type if error else None) or ""
+    if isinstance(exc, stripe.CardError) and error is not None:
+        # Why the card was declined (insufficient_funds, expired_card, …), more than "declined":
+        # the customer's page tells them in words (commerce/customers/declines.py).
+        code = getattr(error, "decline_code", None) or code
     if isinstance(exc, stripe.IdempotencyError) and exc.http_status == 400:
         code = "idempotency_error"
     status = exc.http_status or 500
@@ -88,7 +92,9 @@ def intent_outcome(intent: Mapping[str, Any]) -> Outcome:
         error = intent.get("last_payment_error") or {}
         reason = error.get("decline_code") or error.get("code") or status
         return Outcome.not_done(
-            f"payment {intent.get('id')} did not go through ({reason})", evidence=evidence
+            f"payment {intent.get('id')} did not go through ({reason})",
+            evidence=evidence,
+            code=reason,
         )
     return Outcome.unknown(
         f"payment {intent.get('id')} is {status}; the provider has not finished", evidence=evidence
@@ -172,7 +178,8 @@ class ChargeCustomer(Tool):
         if outcome.state == "done":
             return Reply(200, evidence=outcome.data["evidence"])
         if outcome.state == "not_done":
-            return Reply(402, code="payment_failed", message=outcome.detail)
+            code = str(outcome.data.get("code") or "payment_failed")
+            return Reply(402, code=code, message=outcome.detail)
         return Interrupted("PaymentNotFinished", outcome.detail)
 
     def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:

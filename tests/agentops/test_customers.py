@@ -1,5 +1,7 @@
-"""The customer's "Try paying again", and an operator's own retry from the task page
-(issue 15): who may start a new charge, how often, and who it is recorded as.
+"""The customer's "Pay with another card" (issues 15 and 21), and an operator's own retry
+from the task page: who may start a new charge, with which card, how often, and who it is
+recorded as; what the page says (the decline in words, a cancelled trip, a link that no
+longer works), and the link in the customer's emails.
 
 The page's three states and its links are tested with the operators' pages
 (tests/agentops/test_operators.py); the browser's view of it in tests/browser/.
@@ -8,6 +10,7 @@ The page's three states and its links are tested with the operators' pages
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,26 +18,33 @@ from typing import Any
 from unittest.mock import patch
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core import signing
 from django.test import Client, override_settings
 
 from agentops.runner import task_start
-from commerce.customers.links import SALT, payment_link
+from commerce import playbooks
+from commerce.customers.links import SALT, link_of, payment_link, payment_token
+from commerce.customers.services import CARD_REFUSED
 from journal.leases import lease_acquire, lease_release
-from journal.models import Entry, EntryKind, Task
-from journal.outcomes import Outcome
+from journal.models import Attention, Entry, EntryKind, Task
+from journal.operator import task_cancel
+from journal.outcomes import Outcome, Reply, StepState
 from journal.perform import step_perform
-from journal.protocols import Call, Finish
+from journal.protocols import Call, Finish, StepFact, TaskFacts
 from journal.record import step_record, task_finish
 from journal.settle import step_mark_unknown
+from journal.status import task_flag
 from tests.agentops.workers import quiet_world
 from tests.journal.support import ChargeTool, Provider, invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
 
 READ_ONLY, ACTING = "Operators (read-only)", "Operators"
+# The declined renewals below were charged to pm_card_visa; the customer chooses another.
+ANOTHER_CARD = {"payment_method": "pm_card_mastercard"}
 
 
 @pytest.fixture
@@ -74,12 +84,25 @@ def renewal(inv: str, *, actor: str = "") -> Task:
     )
 
 
-def declined(inv: str) -> Task:
+class Declines(ChargeTool):
+    """A card declined with the provider's ``code`` (Stripe's decline_code)."""
+
+    code: str = "card_declined"
+
+    def guard(self, args: Any) -> str:
+        return f"charge:{args['invoice']}"  # as commerce's charge_customer names it
+
+    def call(self, args: Any, *, key: str) -> Any:
+        return Reply(402, code=self.code, message="declined")
+
+
+def declined(inv: str, code: str = "card_declined") -> Task:
     """A renewal whose card was declined, over: no money taken, and the customer may retry."""
     task = renewal(inv)
     lease = lease_acquire(task_id=task.pk, owner="test")
     assert lease is not None
-    tool = ChargeTool(Provider(), name="charge_customer", script=["refuse"])
+    tool = Declines(Provider(), name="charge_customer")
+    tool.code = code
     step = step_record(lease=lease, decision=charge_call(inv), tools={"charge_customer": tool})
     step_perform(lease=lease, step=step, tool=tool)
     task_finish(lease=lease, decision=Finish("declined"), summary="1 not done.")
@@ -130,20 +153,20 @@ def test_an_operator_session_gets_the_customers_page_read_only_and_its_retry_ref
     c, link = signed_in(who), payment_link(inv)
     page = c.get(link).content.decode()
     assert "No money has been taken" in page  # the truth, as the customer sees it
-    assert "Try paying again" not in page and 'method="post"' not in page
+    assert "Pay with another card" not in page and 'method="post"' not in page
     assert "Retry payment" in page  # where an operator's retry is
 
     with caplog.at_level(logging.WARNING, logger="commerce.customers"):
-        refused = c.post(link)
+        refused = c.post(link, ANOTHER_CARD)
     assert refused.status_code == 403
     html = refused.content.decode()
     assert "would be recorded as the customer" in html  # the refusal, and why
-    assert "“Retry payment” on the task page" in html and "Try paying again" not in html
+    assert "“Retry payment” on the task page" in html and "Pay with another card" not in html
     assert tasks_of(inv) == 1  # nothing started
     said = [r.getMessage() for r in caplog.records if r.name.startswith("commerce.customers")]
     assert any(who.username in m and inv in m for m in said), said
-    # The customer, without a session, still has the button.
-    assert "Try paying again" in Client().get(link).content.decode()
+    # The customer, without a session, still has the form.
+    assert "Pay with another card" in Client().get(link).content.decode()
 
 
 # --- An operator's own retry, from the task page ---------------------------------------------
@@ -218,34 +241,34 @@ def test_the_customers_retry_is_limited_per_link_and_per_invoice(redis: Any) -> 
     first = declined(inv)
     anyone, link = Client(), payment_link(inv)
     for _ in range(2):
-        assert anyone.post(link).status_code == 302
+        assert anyone.post(link, ANOTHER_CARD).status_code == 302
         assert started_by(newest(inv)) == "customer"
-        finish(newest(inv).pk)  # declined again: the page offers the button again
-    assert "Try paying again" in anyone.get(link).content.decode()
+        finish(newest(inv).pk)  # declined again: the page offers the form again
+    assert "Pay with another card" in anyone.get(link).content.decode()
 
-    throttled = anyone.post(link)  # the same link, a third time within the window
+    throttled = anyone.post(link, ANOTHER_CARD)  # the same link, a third time within the window
     assert throttled.status_code == 429
     assert "try again after" in throttled.content.decode().lower()
     assert 0 < int(throttled["Retry-After"]) <= 3600
     assert tasks_of(inv) == 3
     # Another link to the same invoice is the same invoice: no fresh allowance.
-    assert Client().post(another_link(inv)).status_code == 429
+    assert Client().post(another_link(inv), ANOTHER_CARD).status_code == 429
     assert tasks_of(inv) == 3
     # Another invoice has its own.
     other = invoice()
     declined(other)
-    assert anyone.post(payment_link(other)).status_code == 302
+    assert anyone.post(payment_link(other), ANOTHER_CARD).status_code == 302
 
     # An operator's retry is theirs, permissioned and recorded: not the customer's count.
     op = operator(ACTING)
     helped = signed_in(op).post(f"/tasks/{first.pk}/retry", {"reason": "customer phoned"})
     assert helped.status_code == 302 and started_by(newest(inv)) == op.username
     finish(newest(inv).pk)
-    assert anyone.post(link).status_code == 429  # the customer's count is unchanged
+    assert anyone.post(link, ANOTHER_CARD).status_code == 429  # the customer's count is unchanged
 
     # The window is a setting: once it has passed, the customer may try again.
     with override_settings(CUSTOMER_RETRY_WINDOW_SECONDS=0):
-        assert anyone.post(link).status_code == 302
+        assert anyone.post(link, ANOTHER_CARD).status_code == 302
     assert started_by(newest(inv)) == "customer"
 
 
@@ -254,11 +277,11 @@ def test_the_customers_retry_is_limited_per_link_and_per_invoice(redis: Any) -> 
 
 def _assert_checking(inv: str) -> None:
     before = tasks_of(inv)
-    response = Client().post(payment_link(inv))
+    response = Client().post(payment_link(inv), ANOTHER_CARD)
     html = response.content.decode()
     assert response.status_code == 409
     assert "We're checking" in html and "Please don't pay again" in html
-    assert "Try paying again" not in html and "No money has been taken" not in html
+    assert "Pay with another card" not in html and "No money has been taken" not in html
     assert tasks_of(inv) == before
 
 
@@ -292,3 +315,220 @@ def test_a_retry_while_a_renewal_for_the_invoice_is_in_progress_shows_checking(
     declined(inv)
     renewal(inv, actor="someone")  # a renewal started since, not yet charging
     _assert_checking(inv)
+
+
+# --- Another card: the customer's choice, checked --------------------------------------------
+
+
+def test_the_customer_pays_with_another_card_through_a_new_renewal_recorded_as_theirs(
+    redis: Any,
+) -> None:
+    inv = invoice()
+    first = declined(inv)
+    response = Client().post(payment_link(inv, first.pk), ANOTHER_CARD)
+    assert response.status_code == 302 and response["Location"] == payment_link(inv, first.pk)
+    retry = newest(inv)
+    assert retry.pk != first.pk and retry.kind == "renewal"
+    assert retry.refs == {**first.refs, "payment_method": "pm_card_mastercard"}
+    assert started_by(retry) == "customer"
+    # The page now says it is being checked, and offers no second payment.
+    page = Client().get(payment_link(inv, first.pk)).content.decode()
+    assert "We're checking" in page and "Pay with another card" not in page
+
+
+@pytest.mark.parametrize(
+    ("card", "said"),
+    [
+        ("", "Please choose the card to pay with."),
+        ("pm_card_visa", "That is the card that was just declined."),
+        ("4242 4242 4242 4242", "That is not a card we can charge"),
+        ("tok_visa", "That is not a card we can charge"),
+        ("pm_card_visa<script>", "That is not a card we can charge"),
+    ],
+)
+def test_a_card_the_page_cannot_charge_is_refused_with_a_sentence_and_recorded(
+    redis: Any, card: str, said: str
+) -> None:
+    inv = invoice()
+    first = declined(inv)  # charged to pm_card_visa, declined
+    response = Client().post(payment_link(inv), {"payment_method": card})
+    html = response.content.decode()
+    assert response.status_code == 409
+    assert said in html and "<script>" not in html
+    assert 'role="alert"' in html and "Pay with another card" in html  # the form, again
+    assert tasks_of(inv) == 1  # nothing started, nothing charged
+    refusal = Entry.objects.get(task=first, kind=EntryKind.OPERATOR_ACTION)
+    assert refusal.actor == "customer" and refusal.data["action"] == CARD_REFUSED
+    assert refusal.data["reason"].startswith(said) and refusal.data["payment_method"] == card
+
+
+@override_settings(CUSTOMER_RETRY_LIMIT=2, CUSTOMER_RETRY_WINDOW_SECONDS=3600)
+def test_refused_cards_count_as_tries_so_refusals_are_not_recorded_without_end(
+    redis: Any,
+) -> None:
+    inv = invoice()
+    first = declined(inv)
+    link = payment_link(inv)
+    for _ in range(2):
+        assert Client().post(link, {"payment_method": "nonsense"}).status_code == 409
+    throttled = Client().post(link, ANOTHER_CARD)
+    assert throttled.status_code == 429 and "Retry-After" in throttled
+    assert tasks_of(inv) == 1
+    assert Entry.objects.filter(task=first, kind=EntryKind.OPERATOR_ACTION).count() == 2
+
+
+def test_the_same_card_may_be_tried_again_when_the_bank_failed_to_process_it(
+    redis: Any,
+) -> None:
+    inv = invoice()
+    declined(inv, code="processing_error")
+    page = Client().get(payment_link(inv)).content.decode()
+    assert "Something went wrong at your bank" in page and "try the same card again" in page
+    assert Client().post(payment_link(inv), {"payment_method": "pm_card_visa"}).status_code == 302
+
+
+# --- What the page says ----------------------------------------------------------------------
+
+
+def called_off(task: Task) -> None:
+    """An operator cancels the task (one needing a person, as cancelling requires)."""
+    task_flag(task_id=task.pk, code=Attention.PLANNER_FAILED, reason="the model was down")
+    task_cancel(task_id=task.pk, actor="op", reason="the customer left")
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        ("insufficient_funds", "Your card does not have enough funds for this payment."),
+        ("expired_card", "Your card has expired."),
+        ("incorrect_cvc", "security code"),
+        ("card_declined", "Your bank declined the payment without telling us why."),
+        # Told as the bank's refusal: the page gives a thief no hint.
+        ("stolen_card", "Your bank declined the payment without telling us why."),
+        ("something_new", "The payment did not go through."),
+    ],
+)
+def test_the_decline_is_told_in_the_customers_words(redis: Any, code: str, words: str) -> None:
+    inv = invoice()
+    declined(inv, code=code)
+    page = Client().get(payment_link(inv)).content.decode()
+    assert words in page and "No money has been taken" in page
+    assert code not in page  # the provider's code is ours, not the customer's
+    assert "49.00" in page and settings.MERCHANT_EMAIL in page
+
+
+def test_a_cancelled_renewal_says_nothing_is_owed_and_offers_no_payment(redis: Any) -> None:
+    inv = invoice()
+    task = renewal(inv)
+    called_off(task)
+    response = Client().get(payment_link(inv, task.pk))
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "This payment was cancelled" in page and "Nothing is owed" in page
+    assert "No money has been taken" in page and "Cancelled on" in page
+    assert "contact us to pay" not in page.lower() and 'method="post"' not in page
+    refused = Client().post(payment_link(inv, task.pk), ANOTHER_CARD)
+    assert refused.status_code == 409 and "nothing is owed" in refused.content.decode()
+    assert tasks_of(inv) == 1
+
+
+def test_times_are_marked_for_the_customers_zone_with_utc_as_the_fallback(redis: Any) -> None:
+    inv = invoice()
+    task = renewal(inv)
+    called_off(task)
+    page = Client().get(payment_link(inv)).content.decode()
+    assert '<time datetime="20' in page and 'data-local="datetime"' in page
+    assert " UTC</time>" in page  # what a browser without the script shows
+
+
+# --- Links that open no payment --------------------------------------------------------------
+
+
+def test_a_broken_expired_or_unbound_link_gets_a_page_that_says_how_to_get_a_new_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inv = invoice()
+    task = renewal(inv)
+    token = payment_token(inv, task.pk)
+    cut = token[: len(token) // 2]
+    with caplog.at_level(logging.WARNING, logger="commerce.customers"):
+        broken = Client().get(f"/pay/{cut}/")
+    page = broken.content.decode()
+    assert broken.status_code == 404 and "This payment link does not work" in page
+    assert "How to get a new link" in page and settings.MERCHANT_EMAIL in page
+    assert inv not in page and "Not Found" not in page and "Traceback" not in page
+    assert any("refused: a customer link (broken)" in r.getMessage() for r in caplog.records)
+    assert token not in caplog.text  # the token is a bearer secret: never logged
+
+    with override_settings(CUSTOMER_LINK_MAX_AGE_DAYS=-1):
+        expired = Client().get(f"/pay/{token}/")
+        assert Client().post(f"/pay/{token}/", ANOTHER_CARD).status_code == 404
+    page = expired.content.decode()
+    assert expired.status_code == 404 and "This payment link has expired" in page
+    assert "most recent email" in page and inv in page  # genuine: it may say which
+
+    other = renewal(invoice())  # a genuine signature, bound to a task of another invoice
+    unbound = Client().get(payment_link(inv, other.pk))
+    assert unbound.status_code == 404 and "We can't find this payment" in unbound.content.decode()
+    assert Client().get(payment_link("INV-NOBODY-KNOWS")).status_code == 404
+    assert tasks_of(inv) == 1
+
+
+# --- The link in the customer's emails -------------------------------------------------------
+
+
+def _link_in(body: str) -> str:
+    found = re.search(r"https://shop\.example\.com(/pay/[^/\s]+/)", body)
+    assert found, body
+    return found.group(1)
+
+
+@override_settings(CUSTOMER_BASE_URL="https://shop.example.com")
+@pytest.mark.parametrize("paid", [True, False])
+def test_the_receipt_and_payment_failed_emails_carry_the_page_bound_to_their_task(
+    paid: bool,
+) -> None:
+    inv = invoice()
+    task = renewal(inv)
+    charge = StepFact(
+        n=1,
+        tool="charge_customer",
+        args={},
+        state=StepState.DONE if paid else StepState.NOT_DONE,
+        detail="" if paid else "the provider refused it (HTTP 402 insufficient_funds): no",
+        key=f"ao:{task.pk}:1",
+    )
+    facts = TaskFacts(task_id=str(task.pk), kind="renewal", goal="", refs=task.refs, steps=[charge])
+    email = playbooks.renewal(facts)
+    assert isinstance(email, Call) and email.tool == "send_email"
+    body = email.args["body"]
+    assert ("Your receipt:" if paid else "Pay with another card:") in body
+    if not paid:
+        assert "does not have enough funds" in body and "HTTP 402" not in body
+    link = link_of(_link_in(body).split("/")[2])
+    assert link.problem is None and link.invoice == inv and link.task_id == str(task.pk)
+
+
+@override_settings(CUSTOMER_BASE_URL="https://shop.example.com")
+def test_the_itinerary_email_carries_the_page_bound_to_its_trip() -> None:
+    refs = {
+        "invoice": invoice(),
+        "amount": 84000,
+        "email": "alan@example.com",
+        "flight": "TP1351",
+        "traveller": "Alan Turing",
+        "hotel": "Alfama",
+        "check_in": "2027-03-01",
+        "check_out": "2027-03-04",
+    }
+    task = task_start(kind="trip", goal="trip", refs=refs)
+    done = [
+        StepFact(n=i, tool=tool, args={}, state=StepState.DONE, detail="", key=f"k{i}")
+        for i, tool in enumerate(("hold_flight", "book_hotel", "charge_customer"), start=1)
+    ]
+    plan = [{"tool": t} for t in ("hold_flight", "book_hotel", "charge_customer", "send_email")]
+    facts = TaskFacts(task_id=str(task.pk), kind="trip", goal="", refs=refs, steps=done, plan=plan)
+    email = playbooks.trip(facts)
+    assert isinstance(email, Call) and email.args["purpose"] == "itinerary"
+    link = link_of(_link_in(email.args["body"]).split("/")[2])
+    assert (link.problem, link.invoice, link.task_id) == (None, refs["invoice"], str(task.pk))

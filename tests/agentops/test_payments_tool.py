@@ -144,6 +144,24 @@ def test_a_declined_card_is_not_done_and_its_one_intent_is_found_by_key(
     assert effect["object_id"] == outcome.data["evidence"]["payment_intent"]
 
 
+@pytest.mark.parametrize(
+    ("card", "code"),
+    [
+        ("pm_card_chargeDeclined", "generic_decline"),
+        ("pm_card_chargeDeclinedInsufficientFunds", "insufficient_funds"),
+        ("pm_card_chargeDeclinedExpiredCard", "expired_card"),
+    ],
+)
+def test_a_decline_keeps_the_banks_reason_for_the_customers_page(
+    payments: SandboxHandle, card: str, code: str
+) -> None:
+    _, step, _ = run(charge(invoice(), payment_method=card))
+    assert step.state == "not_done" and step.outcome["code"] == code
+    # Found again by its key, the decline says the same.
+    outcome = tool_registry()["charge_customer"].lookup({}, key=step.key)
+    assert outcome is not None and outcome.data["code"] == code
+
+
 def test_invalid_arguments_never_reach_the_provider(payments: SandboxHandle) -> None:
     before = len(payments.client.ledger())
     _, step, _ = run(charge(invoice(), amount="49.00"))

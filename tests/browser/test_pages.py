@@ -1,4 +1,5 @@
-"""The operators' and customers' pages in Chromium, against real workers and the sandbox."""
+"""The operators' pages in Chromium, against real workers and the sandbox (the customers'
+pages: test_customer_pages.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from typing import Any
 import pytest
 
 from agentops.runner import task_start
-from commerce.customers.links import payment_link
 from journal.models import Approval, Task
 from tests.agentops.workers import Fleet
 from tests.browser.conftest import log_in, operator, screenshot
@@ -106,50 +106,6 @@ def test_an_operator_compensates_a_held_saga(
     }
     assert {"flight_holds.release", "hotel_bookings.cancel"} <= undone
     screenshot(page, "task-compensated-saga")
-
-
-def test_a_customer_sees_their_payment_go_from_unknown_to_done(
-    fleet: Fleet, app_server: str, payments_sandbox: SandboxHandle, customer: Any
-) -> None:
-    payments_sandbox.client.fault("payment_intents.create", "latency_before_effect", delay=4.0)
-    fleet.worker()
-    inv = invoice()
-    task = renewal(inv)
-    wait_for(lambda: status(task) == "waiting", timeout=20, what="the charge to be unknown")
-    customer.goto(f"{app_server}{payment_link(inv)}")
-    customer.wait_for_selector("#payment.state-unknown")
-    assert "Please don't pay again" in customer.inner_text("#payment")
-    assert customer.locator("button.pay").count() == 0
-    screenshot(customer, "customer-unknown")
-    customer.evaluate("window.loadedOnce = true")
-    customer.wait_for_selector("#payment.state-done", timeout=30_000)
-    assert customer.evaluate("window.loadedOnce") is True
-    assert "Receipt reference: ch_" in customer.inner_text("#payment")
-    screenshot(customer, "customer-done")
-
-
-def test_a_customer_whose_card_was_declined_may_try_again_once(
-    fleet: Fleet, app_server: str, customer: Any
-) -> None:
-    fleet.worker()
-    inv = invoice()
-    task = task_start(
-        kind="renewal",
-        goal="renew, declined",
-        refs={
-            "invoice": inv,
-            "amount": 4900,
-            "email": "grace@example.com",
-            "payment_method": "pm_card_chargeDeclined",
-        },
-    )
-    wait_for(lambda: status(task) == "finished", timeout=20, what="the decline")
-    customer.goto(f"{app_server}{payment_link(inv)}")
-    assert "No money has been taken" in customer.inner_text("#payment")
-    screenshot(customer, "customer-not-done")
-    customer.click("button.pay")
-    customer.wait_for_selector("#payment.state-unknown, #payment.state-not_done")
-    assert Task.objects.filter(refs__invoice=inv).count() == 2
 
 
 def test_an_operator_retries_a_declined_payment_from_the_task_page(
