@@ -7,7 +7,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 
@@ -78,8 +78,8 @@ def on_stop_signals(handler: Callable[[int, FrameType | None], None]) -> None:
 # --- ports --------------------------------------------------------------------------------
 
 
-def env_port(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
+def env_port(name: str, default: int, environ: Mapping[str, str] | None = None) -> int:
+    raw = (os.environ if environ is None else environ).get(name, "").strip()
     if not raw:
         return default
     try:

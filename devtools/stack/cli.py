@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -13,12 +14,14 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from devtools.process import HOST, REPO, Popen, ProcessError, alive, free_port, wait_for_port
 from devtools.stack import base
 from devtools.stack.app import (
     Child,
     manage,
+    manage_output,
     run_foreground,
     stop_leftover_app,
     supervised,
@@ -50,6 +53,7 @@ from devtools.stack.postgres import (
     Postgres,
 )
 from devtools.stack.redis import Redis
+from devtools.stack.runinfo import manage_environment, run_info, run_info_write
 from devtools.stack.sandboxes import start_sandboxes
 from devtools.stack.users import (
     app_identity,
@@ -143,13 +147,27 @@ def cmd_run() -> int:
             env["REDIS_URL"] = redis.url
 
         require_free_port(web_port, "AGENTOPS_WEB_PORT")
+        before_sandboxes = dict(env)
         watched += start_sandboxes(env, web_port, cleanup, python, servers, app)
+        # For `stack.py manage`: where these servers are, and what the app was told.
+        run_info_write(
+            ports={
+                "AGENTOPS_WEB_PORT": web_port,
+                "AGENTOPS_PG_PORT": env_port("AGENTOPS_PG_PORT", 54329),
+                "AGENTOPS_REDIS_PORT": env_port("AGENTOPS_REDIS_PORT", 63799),
+            },
+            settings={
+                k: v
+                for k, v in env.items()
+                if before_sandboxes.get(k) != v or k == "AGENTOPS_BASE_URL"
+            },
+            given=[name for name in ("DATABASE_URL", "REDIS_URL") if env_in.get(name)],
+        )
         # Only migrate runs as the owner of the tables; everything after runs as the app role.
         # It holds the owner's credentials, so it runs before gunicorn, the worker and the
         # sweeper, which share its user and so could read its environment.
         manage(["migrate", "--noinput"], env, python, app)
         env.pop("DATABASE_OWNER_URL", None)
-        manage(["demo_seed"], env, python, app)
         manage(["collectstatic", "--noinput", "--verbosity", "0"], env, python, app)
         # A production WSGI server (settings in agentops/gunicorn_conf.py); WhiteNoise, in
         # the app, serves the static files.
@@ -180,15 +198,18 @@ def cmd_run() -> int:
             cleanup.callback(child.stop)
             process.start()
         wait_for_port(web_port, what="the web server", timeout=START_TIMEOUT, proc=kept[0].proc)
+        # Quiet, once the worker has run the demo's tasks, so that the summary ends the
+        # start-up's noise: the login, its password (on the run that created it only), the
+        # demo's customer pages.
+        seeded = manage_output(["demo_seed", "--summary", "--wait", "30"], env, python, app)
+        summary = json.loads(seeded)
         address = f"http://{HOST}:{web_port}"
-        log(f"agentops is up at {address}/")
-        log(f"  admin:  {address}/admin/  (user operator, password as printed when it was created)")
-        log(f"  queues: {address}/django-rq/")
-        log(f"  health: {address}/healthz")
+        log(f"  queues: {address}/django-rq/   health: {address}/healthz")
         log(f"  metrics: {address}/metrics  (from this machine; rules in deploy/prometheus/)")
         if not env_in.get("DATABASE_URL") or not env_in.get("REDIS_URL"):
             log("  data is kept in var/, server logs are in var/log/")
-        log("  Ctrl-C stops everything; a web server, worker or sweeper that dies is restarted")
+        for line in summary_lines(address, summary):
+            log(line)
         return watch(watched, kept)
     except Interrupted as stop:
         log(f"{stop} received; stopping")
@@ -199,6 +220,29 @@ def cmd_run() -> int:
     finally:
         on_stop_signals(note_signal)
         cleanup.close()
+
+
+def summary_lines(address: str, summary: dict[str, Any]) -> list[str]:
+    """The few lines `run` ends its start-up with: where to go, how to log in, and the
+    customer's pages of the demo."""
+    rule = "-" * 72
+    lines = [rule, f"agentops is up at {address}/"]
+    if summary.get("password"):
+        lines.append(
+            f"  log in as {summary['login']}, password {summary['password']}  (shown on this "
+            "first run only)"
+        )
+    else:
+        lines.append(
+            f"  log in as {summary.get('login', 'operator')}, with the password shown on the "
+            "first run (python scripts/stack.py manage -- changepassword operator sets another)"
+        )
+    for page in summary.get("pages") or ():
+        lines.append(f"  customer's page of {page['invoice']} ({page['shows']}):")
+        lines.append(f"    {page['url']}")
+    lines.append("  Ctrl-C stops everything; a web server, worker or sweeper that dies restarts")
+    lines.append(rule)
+    return lines
 
 
 def _sweep_abandoned_test_dirs() -> None:
@@ -340,6 +384,11 @@ def cmd_manage(args: Sequence[str]) -> int:
     """
     env = dict(os.environ)
     env.setdefault("AGENTOPS_EXAMPLES", "1")  # as `run` serves it
+    # The ports and settings the last `make run` used (var/run/stack.json), unless set here.
+    unreachable = manage_environment(env, run_info())
+    if unreachable:
+        log(f"error: {unreachable}")
+        return 1
     secrets_dir = base.VAR / "secrets"
     needed = {
         "DATABASE_URL": secrets_dir / f"postgres-{APP_ROLE}",
@@ -352,11 +401,12 @@ def cmd_manage(args: Sequence[str]) -> int:
         return 1
     if not env.get("DATABASE_URL"):
         password = needed["DATABASE_URL"].read_text().strip()
-        port = env_port("AGENTOPS_PG_PORT", 54329)
+        port = env_port("AGENTOPS_PG_PORT", 54329, env)
         env["DATABASE_URL"] = f"postgres://{APP_ROLE}:{password}@{HOST}:{port}/{DATABASE}"
     if not env.get("REDIS_URL"):
         password = needed["REDIS_URL"].read_text().strip()
-        env["REDIS_URL"] = f"redis://:{password}@{HOST}:{env_port('AGENTOPS_REDIS_PORT', 63799)}/0"
+        redis_port = env_port("AGENTOPS_REDIS_PORT", 63799, env)
+        env["REDIS_URL"] = f"redis://:{password}@{HOST}:{redis_port}/0"
     env.setdefault("DJANGO_SECRET_KEY", needed["DJANGO_SECRET_KEY"].read_text().strip())
     env.setdefault("DJANGO_HTTPS", "0")
     # `python scripts/stack.py manage` is typed with any python: run manage.py with the
