@@ -9,6 +9,7 @@ over can write nothing, and a takeover cannot slip between a holder's check and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -39,6 +40,32 @@ class Lease:
     """Given back already, with the write that ended the run (a task finished, waiting...)."""
     task: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     """The task's row as taking the lease found it (and ``db_now``): read with the lease."""
+    deferred: Deferred | None = field(default=None, compare=False, repr=False)
+    """A settlement the holder has not written yet: it goes with the next step's record, in
+    one commit (journal.run), or before any other write or read of the holder's."""
+
+
+@dataclass
+class Deferred:
+    """A step's settlement held back by its runner until its next write (docs/design.md §4,
+    "One commit per step"). ``params`` are journal_settle's; ``write`` writes it alone."""
+
+    step_id: int
+    params: dict[str, Any]
+    write: Callable[[], object]
+
+
+def deferred_write(lease: Lease, *, seconds: float | None = None) -> None:
+    """Write the settlement ``lease``'s holder held back, if any, before anything else the
+    holder writes or reads: every write under a lease starts here (the fence, the lease's
+    release, a status change, a record, a finish) and so does the runner's read of its task.
+    ``seconds`` stretches the lease in the same statement (a slow planner's budget)."""
+    held, lease.deferred = lease.deferred, None
+    if held is None:
+        return
+    if seconds is not None:
+        held.params["lease"] = seconds
+    held.write()
 
 
 @dataclass(frozen=True)
@@ -95,6 +122,7 @@ def fence(lease: Lease, *, seconds: float | None = None) -> Fenced:
     Returns the task's step count and status. Raises :class:`LeaseLost` if the token has
     moved on. ``seconds`` stretches the lease further than usual (a slow planner).
     """
+    deferred_write(lease)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT * FROM journal_fence(p_task => %s::uuid, p_token => %s::bigint, "
@@ -111,6 +139,7 @@ def fence(lease: Lease, *, seconds: float | None = None) -> Fenced:
 def lease_release(lease: Lease, *, clean: bool = True) -> None:
     """Give the lease up early (a crashed runner's lease simply expires). ``clean`` says the
     run ended as it should (finished, waiting, handed to a human): the failure count resets."""
+    deferred_write(lease)
     with connection.cursor() as cursor:
         cursor.execute(
             """

@@ -68,9 +68,16 @@ def _attempt_ended(step: Step, facts: dict[str, Any]) -> Entry:
 
 
 def step_perform(
-    *, lease: Lease, step: Step, tool: Tool, policy: Policy = DEFAULT_POLICY
+    *,
+    lease: Lease,
+    step: Step,
+    tool: Tool,
+    policy: Policy = DEFAULT_POLICY,
+    defer: bool = False,
 ) -> Outcome:
-    """Run the attempt of ``step`` whose start is already committed, then commit its outcome."""
+    """Run the attempt of ``step`` whose start is already committed, then commit its outcome.
+    ``defer``: a settled outcome is held back on the lease and committed with the holder's
+    next write (the runner's next record: one commit per step; journal.settle.step_settle)."""
     attempt = step.attempts
     observation = tool_call(tool, step.args, key=step.key)
     outcome = classify(observation, earlier_attempt=attempt > 1, evidence=tool.evidence)
@@ -86,7 +93,9 @@ def step_perform(
     facts = _attempt_facts(attempt, observation, outcome)
     if outcome.state in SETTLED_STATES:
         # One entry says it all: the attempt ended so, and the step settled so.
-        step_settle(step_id=step.pk, outcome=outcome, via="attempt", lease=lease, attempt=facts)
+        step_settle(
+            step_id=step.pk, outcome=outcome, via="attempt", lease=lease, attempt=facts, defer=defer
+        )
         return outcome
     ended = _attempt_ended(step, facts)
     if outcome.data.get("bug"):

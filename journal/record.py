@@ -13,7 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from journal.db import prepared_cursor
 from journal.entries import entries_add, entry
 from journal.keys import UnsafeName, object_key, object_label, undo_key
-from journal.leases import Lease, LeaseLost, lease_seconds
+from journal.leases import Deferred, Lease, LeaseLost, deferred_write, lease_seconds
 from journal.models import (
     GUARD_CONSTRAINT,
     ONCE_CONSTRAINT,
@@ -42,6 +42,7 @@ from journal.protocols import (
     Tool,
 )
 from journal.sagas import ApprovalNotUsable, digest
+from journal.settle import settled_otherwise
 from journal.summary import evidence_label
 
 TASK_CONSTRAINTS = (GUARD_CONSTRAINT, ONCE_CONSTRAINT, UNDO_CONSTRAINT)
@@ -58,6 +59,20 @@ RECORD = (
     "p_lookup => %(lookup)s::float8, p_key => %(key)s::text, p_refusal => %(refusal)s::text, "
     "p_detail => %(detail)s::text, p_outcome => %(outcome)s::jsonb, "
     "p_entry_kind => %(entry_kind)s::text)"
+)
+# journal_settle_record (journal/sql): the settlement the runner held back, then the record.
+SETTLE_RECORD = (
+    "SELECT * FROM journal_settle_record(p_step => %(s_step)s::bigint, "
+    "p_state => %(s_state)s::text, p_detail => %(s_detail)s::text, "
+    "p_outcome => %(s_outcome)s::jsonb, p_settled => %(s_entry)s::jsonb, "
+    "p_task => %(task)s::uuid, p_token => %(token)s::bigint, "
+    "p_lease => %(lease)s::float8, p_tool => %(tool)s::text, p_args => %(args)s::jsonb, "
+    "p_decision => %(decision)s::jsonb, p_entry => %(entry)s::jsonb, "
+    "p_forward => %(forward)s::boolean, p_cost => %(cost)s::text, p_guard => %(guard)s::text, "
+    "p_guard_key => %(guard_key)s::text, p_once => %(once)s::boolean, "
+    "p_offsets => %(offsets)s::integer, p_retries => %(retries)s::integer, "
+    "p_undo_tool => %(undo_tool)s::text, p_trusted => %(trusted)s::float8, "
+    "p_lookup => %(lookup)s::float8)"
 )
 # journal_finish (journal/sql): fence, number, finish the task and give the lease back,
 # insert the finish step.
@@ -257,6 +272,15 @@ def step_record(
     checked = decision_check(
         decision=decision, tools=tools, rules=None if undo_of else rules, facts=facts
     )
+    unsettled = lease.deferred
+    if unsettled is not None and (
+        checked.refused is not None
+        or undo_of is not None
+        or approval is not None
+        or connection.in_atomic_block
+    ):
+        deferred_write(lease)  # only a plain record carries the settlement held back
+        unsettled = None
     raw = _json_or_repr(decision.raw)
     refuse = _Refuser(lease=lease, decision=decision, args=checked.args, raw=raw, retries=retries)
     if checked.refused is not None:
@@ -301,9 +325,12 @@ def step_record(
             if approval is not None or connection.in_atomic_block
             else (nullcontext())
         ):
-            with prepared_cursor() as cursor:
-                cursor.execute(RECORD, params)
-                row = cursor.fetchone()
+            if unsettled is not None:
+                row = _settle_and_record(lease, unsettled, params)
+            else:
+                with prepared_cursor() as cursor:
+                    cursor.execute(RECORD, params)
+                    row = cursor.fetchone()
             if row is None:
                 raise not_recorded(lease)
             step = Step(
@@ -339,6 +366,11 @@ def step_record(
         constraint = next((c for c in TASK_CONSTRAINTS if c in str(exc)), None)
         if constraint is None:
             raise
+        if unsettled is not None:
+            # The guard refused the record, so nothing was written: the settlement goes
+            # first on its own, then the refusal.
+            lease.deferred = unsettled
+            deferred_write(lease)
         code, reason, held = _guard_refusal(
             constraint,
             tool=tool,
@@ -349,6 +381,39 @@ def step_record(
         )
         return refuse(code, reason, guard=guard, guard_key=guard_key, **held)
     return step
+
+
+def _settle_and_record(
+    lease: Lease, held: Deferred, params: dict[str, Any]
+) -> tuple[Any, ...] | None:
+    """journal_settle_record: the step settled by the attempt the runner made (``held``)
+    and the next step's record, in one statement and one commit. Returns the record's row
+    (step id, number, key, task version) like journal_record's, or None if nothing was
+    recorded because the lease was lost or the task moved. A step that had settled otherwise
+    meanwhile is a conflict, recorded as any other report's, and the task is read again."""
+    lease.deferred = None
+    settle = held.params
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            SETTLE_RECORD,
+            {
+                **params,
+                **{f"s_{k}": settle[k] for k in ("step", "state", "detail", "outcome")},
+                "s_entry": settle["entry"],
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    changed, settled_version, settled_state, settled_key, step_id, n, key, version = row
+    lease.versions.append(int(settled_version))
+    if not changed:
+        settled_otherwise(settle, state=settled_state, key=settled_key, task_id=lease.task_id)
+        if settled_state != settle["state"]:
+            raise TaskMoved(f"step {settled_key} was settled {settled_state} meanwhile")
+    if step_id is None:
+        return None
+    return (step_id, n, key, version)
 
 
 def _guard_refusal(
@@ -457,6 +522,7 @@ class _Refuser:
             entry=json.dumps({"proof": reason, "refusal": str(code), **known}),
             entry_kind=kind.value,
         )
+        deferred_write(self.lease)
         with prepared_cursor() as cursor:
             cursor.execute(RECORD, params)
             row = cursor.fetchone()
@@ -498,6 +564,7 @@ def task_finish(
     """
     outcome = {"evidence": {"summary": summary}, "planner_summary": decision.summary[:5000]}
     raw = _json_or_repr(decision.raw)
+    deferred_write(lease)
     with prepared_cursor() as cursor:
         cursor.execute(
             FINISH,

@@ -26,7 +26,14 @@ from django.conf import settings
 from django.db import InterfaceError, InternalError, OperationalError, connection
 
 from journal import moves
-from journal.leases import Lease, LeaseLost, fence, lease_acquire, lease_release
+from journal.leases import (
+    Lease,
+    LeaseLost,
+    deferred_write,
+    fence,
+    lease_acquire,
+    lease_release,
+)
 from journal.models import Attention, Entry, EntryKind, Step, TaskStatus
 from journal.moves import MIN_BLOCKED_WAIT as MIN_BLOCKED_WAIT
 from journal.moves import blocked_until as blocked_until
@@ -176,6 +183,9 @@ def _run(
             )
         result = _advance(lease=lease, planner=planner, tools=tools, policy=policy, rules=rules)
     except LeaseLost:
+        # Taken over: a settlement held back is not ours to write any more; the new holder
+        # finds the step pending and looks it up.
+        lease.deferred = None
         return Advance("busy")
     except _Handover as handover:
         return _hand_over(lease, handover.code, handover.reason)
@@ -372,7 +382,11 @@ def _advance(
                         approval_spent(approval=approval, step=step)  # refused: never offered again
                     view = None  # refused: written the slow way; read it back
                     continue
-                outcome = step_perform(lease=lease, step=step, tool=tools[step.tool], policy=policy)
+                # Settled at once, the outcome is committed with the next step's record (one
+                # commit per step), or before anything else this run writes or reads.
+                outcome = step_perform(
+                    lease=lease, step=step, tool=tools[step.tool], policy=policy, defer=True
+                )
                 performed += 1
                 used = approval is not None
                 view = None if reread else view.after(step, outcome, approval_used=used)
@@ -444,8 +458,14 @@ def _decide(lease: Lease, planner: Planner, facts: TaskFacts) -> Decision:
     """Ask the planner, under a lease stretched to cover its longest answer."""
     budget = planner.max_duration
     if budget > timedelta(0):
-        # The usual lease on top, so the stretch never shortens it.
-        fence(lease, seconds=budget.total_seconds() + float(settings.JOURNAL_LEASE_SECONDS))
+        # The usual lease on top, so the stretch never shortens it. A settlement held back
+        # is written now, stretching the lease in the same statement: the truth is durable
+        # while a model thinks, and a step still costs two writes, not three.
+        stretch = budget.total_seconds() + float(settings.JOURNAL_LEASE_SECONDS)
+        if lease.deferred is not None:
+            deferred_write(lease, seconds=stretch)
+        else:
+            fence(lease, seconds=stretch)
     try:
         return planner.decide(facts)
     except Exception as exc:  # any planner failure: nothing was decided, a person looks

@@ -25,7 +25,7 @@ from django.db.models.functions import Now
 
 from journal.db import prepared_cursor
 from journal.entries import entries_add, entries_json, entry
-from journal.leases import Lease, LeaseLost, fence, lease_seconds
+from journal.leases import Deferred, Lease, LeaseLost, deferred_write, fence, lease_seconds
 from journal.models import Attention, Entry, EntryKind, Step, TaskStatus
 from journal.outcomes import LIVE_STATES, SETTLED_STATES, Outcome, StepState
 from journal.status import task_flag, task_transition
@@ -90,6 +90,7 @@ def step_settle(
     actor: str = "",
     attempt: Mapping[str, Any] | None = None,
     lookup: bool = False,
+    defer: bool = False,
 ) -> bool:
     """Settle a step ``done`` or ``not_done``. Returns whether this call changed it.
 
@@ -100,7 +101,15 @@ def step_settle(
     happen again). ``attempt`` are the facts of the attempt that ended so (written into the
     settlement's entry; when the step had settled already, as an entry of their own);
     ``lookup`` says a lookup settled it (counted as a reconciliation round).
+
+    ``defer`` (the runner, for the attempt it just made) holds the settlement back on the
+    lease instead (:class:`~journal.leases.Deferred`): it is written with the next step's
+    record in one commit, or before anything else the holder writes or reads; True is
+    returned, as the step is the runner's to settle (a report that beat it is a conflict or
+    a repeat, found when it is written).
     """
+    if lease is not None and not defer:
+        deferred_write(lease)  # the holder's earlier settlement first
     if outcome.state not in SETTLED_STATES:
         raise ValueError(f"step_settle takes done or not_done, not {outcome.state}")
     data = {"state": outcome.state, "via": via, "detail": outcome.detail, **dict(outcome.data)}
@@ -119,6 +128,16 @@ def step_settle(
         "actor": actor,
         "extra": entries_json(extra),
     }
+    if defer:
+        if lease is None or extra or via != "attempt" or lookup or actor:
+            raise ValueError("only the runner's own attempt is settled later, under its lease")
+        held = lease
+
+        def write() -> bool | None:
+            return _settle(params, held)
+
+        lease.deferred = Deferred(step_id=step_id, params=params, write=write)
+        return True
     changed = _settle(params, lease)
     if changed is None:
         # Settled meanwhile (a webhook beat the runner): the attempt that ran is recorded,
@@ -143,6 +162,15 @@ def _settle(params: dict[str, Any], lease: Lease | None) -> bool | None:
             lease.versions.append(int(version))
         if changed:
             return True
+        settled_otherwise(params, state=state, key=key, task_id=task_id)
+    return None
+
+
+def settled_otherwise(params: dict[str, Any], *, state: str, key: str, task_id: Any) -> None:
+    """journal_settle changed nothing (``params`` were its arguments): the step had settled
+    meanwhile, ``state``. The attempt that ran is recorded, and a contradiction is a conflict
+    that hands the task to a person."""
+    with transaction.atomic():
         attempt_facts = json.loads(params["entry"])
         if params["token"] is not None and "attempt" in attempt_facts:
             # The runner's attempt ran although the step had settled: its facts stand alone.
@@ -168,7 +196,6 @@ def _settle(params: dict[str, Any], lease: Lease | None) -> bool | None:
                 reported=params["state"],
                 **outcome,
             )
-    return None
 
 
 # What an attempt's facts are (journal.perform's attempt_facts), when written on their own.

@@ -25,7 +25,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from journal.entries import entries_add
-from journal.leases import Lease, LeaseLost, lease_seconds
+from journal.leases import Lease, LeaseLost, deferred_write, lease_seconds
 from journal.models import Attention, Entry, Task, TaskStatus
 
 # Who may follow whom. Mirrored by journal/sql/journal_task_transition; a test checks they
@@ -114,6 +114,8 @@ def task_transition(
     if release is not None and lease is not None and release is not lease:
         raise ValueError("a run gives back the lease it fences with")
     holder = lease or release
+    if holder is not None:
+        deferred_write(holder)  # a settlement the runner held back comes first
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(

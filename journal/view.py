@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connection
 from django.db.models.functions import Now
 
-from journal.leases import Lease
+from journal.leases import Lease, deferred_write
 from journal.models import Step, Task
 from journal.moves import TaskRow
 from journal.outcomes import Outcome, StepState
@@ -49,6 +49,7 @@ class View:
 
     @classmethod
     def load(cls, lease: Lease) -> View:
+        deferred_write(lease)  # what it reads includes the settlement the runner held back
         if lease.task is not None:
             # The first read comes with the lease itself: its row, as taking it left it.
             row, lease.task = dict(lease.task), None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator, Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -61,11 +62,15 @@ def trip_refs(inv: str, **change: Any) -> dict[str, Any]:
 
 
 class Meanwhile(ScriptedPlanner):
-    """Decides from a list, and lets the world move before decision ``n`` (``before[n]``)."""
+    """Decides from a list, and lets the world move before decision ``n`` (``before[n]``).
+
+    A planner while which the world moves takes time, as a model does (``max_duration``):
+    the runner commits what it knows before asking it, rather than with the next record."""
 
     def __init__(self, decisions: Sequence[Decision], before: dict[int, Any]) -> None:
         super().__init__(list(decisions))
         self.before = before
+        self.max_duration = timedelta(seconds=30)
 
     def decide(self, facts: Any) -> Decision:
         happen = self.before.pop(len(facts.steps), None)

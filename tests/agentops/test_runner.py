@@ -71,18 +71,39 @@ def test_a_renewal_runs_to_the_end_on_a_worker(
     assert [s.state for s in facts.steps] == ["done", "done"]
 
 
-@pytest.mark.parametrize("point", ["before_call", "during_call", "after_call"])
+@pytest.mark.parametrize(
+    ("point", "tool"),
+    [
+        ("before_call", "charge_customer"),
+        ("during_call", "charge_customer"),
+        # The charge answered; its settlement is held back to go with the email's record.
+        ("after_call", "charge_customer"),
+        # That one commit made: the charge settled, the email recorded, not yet sent.
+        ("before_call", "send_email"),
+        # The email answered; its settlement is held back to go with the finish.
+        ("after_call", "send_email"),
+    ],
+)
 def test_a_worker_killed_at_each_boundary_loses_nothing_and_repeats_nothing(
-    fleet: Fleet, payments_sandbox: SandboxHandle, mail_sandbox: SandboxHandle, point: str
+    fleet: Fleet,
+    payments_sandbox: SandboxHandle,
+    mail_sandbox: SandboxHandle,
+    point: str,
+    tool: str,
 ) -> None:
     if point == "during_call":
         # The request is in flight for 1 s; the worker dies 0.1 s into it; the effect lands.
         payments_sandbox.client.fault("payment_intents.create", "latency_before_effect", delay=1.0)
-    doomed = fleet.worker(**armed(f"{point}:charge_customer"))
+    doomed = fleet.worker(**armed(f"{point}:{tool}"))
     task = renewal()
     assert doomed.wait(timeout=30) == -signal.SIGKILL
+    steps = {s.tool: s.state for s in Step.objects.filter(task=task, kind="call")}
+    # Recorded, attempt started, no outcome (unknown to anyone but the provider); whatever
+    # came before it committed.
+    assert steps[tool] == "pending", steps
+    if tool == "send_email":
+        assert steps["charge_customer"] == "done", steps
     charge = Step.objects.get(task=task, n=1)
-    assert charge.state == "pending"  # recorded, attempt started, no outcome: unknown
 
     fleet.worker()
     fleet.sweeper()

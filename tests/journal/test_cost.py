@@ -1,4 +1,9 @@
-"""The cost of safety: two durable commits per effect step, and nothing around them.
+"""The cost of safety: one durable commit per effect step in a run, and nothing around it.
+
+An effect step's record and its settlement are each one statement; the runner sends a
+step's settlement with the next step's record (journal_settle_record), so a run of steps
+costs one statement, one round trip and one commit per step, the first record and the last
+settlement (with the finish) aside.
 
 Counts statements, not seconds: speed lives in the benchmark (`manage.py bench`); this guards
 the shape, so an added query fails here before it shows there.
@@ -70,8 +75,9 @@ def test_a_step_costs_the_same_at_the_end_of_a_long_task_as_at_its_start() -> No
         result = task_advance(task_id=task.pk, planner=planner, tools=TOOLS, policy=POLICY)
     assert result.stopped == "finished"
     per_step = [b - a for a, b in zip(marks, marks[1:], strict=False)]
-    # Record and settle, and not a read more: the runner keeps the task's facts itself.
-    assert per_step[1] == per_step[-1] == 2, per_step[:3] + per_step[-3:]
+    # The last step's settlement and this one's record, and not a read more: the runner keeps
+    # the task's facts itself.
+    assert per_step[1] == per_step[-1] == 1, per_step[:3] + per_step[-3:]
 
 
 def _server_counters() -> Any:
@@ -85,7 +91,7 @@ def _server_counters() -> Any:
 
 
 @pytest.mark.parametrize("steps", [200])
-def test_the_server_counts_two_round_trips_and_two_commits_per_step_and_hot_settlements(
+def test_the_server_counts_one_round_trip_and_one_commit_per_step_and_hot_settlements(
     steps: int,
 ) -> None:
     """From the server's own counters (pg_stat_statements, the WAL): a BEGIN/COMMIT pair, a
@@ -105,13 +111,15 @@ def test_the_server_counts_two_round_trips_and_two_commits_per_step_and_hot_sett
     assert result.stopped == "finished"
     early = counters.between(marks[1], marks[2])  # step 2: recorded, called, settled
     late = counters.between(marks[-2], marks[-1])  # the last step
-    assert (early.statements, early.commits) == (2, 2), early
-    assert (late.statements, late.commits) == (2, 2), late
+    assert (early.statements, early.commits) == (1, 1), early
+    assert (late.statements, late.commits) == (1, 1), late
     # Settling a step changes no indexed column (journal migration 0012) and its page keeps
     # room for the settled row: every settlement is a HOT update, writing no index entry.
+    # (Between the first decision and the last, steps - 1 settlements: the last one goes
+    # with the finish.)
     whole = counters.between(marks[0], marks[-1])
-    assert whole.step_updates == steps, whole
-    assert whole.step_hot_updates == steps, whole
+    assert whole.step_updates == steps - 1, whole
+    assert whole.step_hot_updates == steps - 1, whole
 
 
 def test_the_steps_statements_are_prepared_on_the_server() -> None:
