@@ -1,9 +1,10 @@
 """Streamable HTTP, behind a token gate: every request carries an API client's token
 (``Authorization: Bearer ao_live_…``, as the HTTP API's) whose client holds the ``mcp``
 scope, or it is refused before the MCP layer sees it — 401 without a live token, 403 without
-the scope, 429 past the client's rate limit. The server listens on loopback unless told
-otherwise, and the SDK refuses a ``Host`` or ``Origin`` that is not loopback's there (DNS
-rebinding)."""
+the scope, 429 past the client's rate limit, 503 while its database does not answer (as a
+JSON-RPC error an MCP client shows: the request was not read, nothing was done). The server
+listens on loopback unless told otherwise, and the SDK refuses a ``Host`` or ``Origin`` that
+is not loopback's there (DNS rebinding)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import anyio.to_thread
-from django.db import connections
+from django.db import DatabaseError, connections
 from starlette.applications import Starlette
 
 from agentops.api.auth import api_client_authenticate, api_client_count
@@ -26,6 +27,10 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PATH = "/mcp"
+UNAVAILABLE = -32050
+"""The JSON-RPC error (a server error of ours) a request is answered with when agentops
+cannot check its token for a moment: it was not read, and nothing was done."""
+UNAVAILABLE_RETRY = 1
 
 
 def _admit(header: str) -> tuple[int, str, str | None, int | None]:
@@ -54,6 +59,17 @@ def _admit(header: str) -> tuple[int, str, str | None, int | None]:
         if retry_after is not None:
             return 429, f"rate limit: try again in {retry_after} s", None, retry_after
         return 200, "", client.name, None
+    except DatabaseError as exc:
+        # A restart of the database, say: the request is not read, so nothing is done, and
+        # the client is told so (found by the chaos run's MCP harness).
+        return (
+            503,
+            f"agentops could not check this request's token just now ({type(exc).__name__}: "
+            "its database did not answer): the request was not read and nothing was done; "
+            "send it again in a moment",
+            None,
+            UNAVAILABLE_RETRY,
+        )
     finally:
         connections.close_all()
 
@@ -75,7 +91,12 @@ class TokenGate:
             extra = [(b"www-authenticate", b'Bearer realm="agentops"')] if status == 401 else []
             if retry_after is not None:
                 extra.append((b"retry-after", str(retry_after).encode()))
-            body = json.dumps({"detail": detail}).encode()
+            said: dict[str, Any] = {"detail": detail}
+            if status == 503:
+                # As a JSON-RPC error, so that an MCP client shows its words, not "error".
+                error = {"code": UNAVAILABLE, "message": detail}
+                said = {"jsonrpc": "2.0", "id": None, "error": error}
+            body = json.dumps(said).encode()
             await send(
                 {
                     "type": "http.response.start",

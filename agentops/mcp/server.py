@@ -9,7 +9,9 @@ dashboard and the HTTP API like any other.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -26,6 +28,7 @@ from agentops.models import ApiClient, ApiScope
 from agentops.tools import tool_registry
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 CLIENT_SCOPE_KEY = "agentops.mcp.client"
 """Where the HTTP gate leaves the name of the request's client (the ASGI scope)."""
@@ -100,6 +103,46 @@ def _refusal(reason: str, code: str = "invalid_arguments") -> types.CallToolResu
     )
 
 
+def _unanswered(params: types.CallToolRequestParams, exc: Exception) -> types.CallToolResult:
+    """What a call is told when agentops could not finish answering it: for an intent or
+    ``check_effect``, ``unknown`` (it may or may not have started what it asked for, and the
+    intent's key keeps any other from starting); for a read, that it could not read (which
+    says nothing of what was done)."""
+    why = f"agentops could not finish answering ({type(exc).__name__}: its database or queue "
+    why += "did not answer)"
+    name = params.name
+    if name == wire.EFFECTS_FOR.name or name not in (*intents(), wire.CHECK_EFFECT.name):
+        return types.CallToolResult(
+            content=[
+                types.TextContent(
+                    type="text",
+                    text=f"{why}: nothing could be read, which says nothing of what was done; "
+                    "ask again in a moment",
+                )
+            ],
+            is_error=True,
+        )
+    answer = selectors.Answer(
+        state="unknown",
+        reason=f"{why}, so whether this call started what it asked for is not known",
+        waiting_for="agentops' journal to answer again",
+    )
+    if name in intents():
+        intent = intents()[name]
+        asked = services.intent_asked(intent, dict(params.arguments or {}))
+        if isinstance(asked, services.Asked):
+            answer = replace(
+                answer,
+                intent=name,
+                object=asked.object,
+                noun=intent.noun,
+                subject=intent.subject(asked.args),
+            )
+        else:
+            answer = replace(answer, intent=name)
+    return wire.result(answer)
+
+
 def build_server(*, client: str | None = None) -> Server[Any]:
     """The server. ``client`` names the API client every call is made as (stdio); without
     it, each call's client is the one the HTTP gate authenticated."""
@@ -135,6 +178,18 @@ def build_server(*, client: str | None = None) -> Server[Any]:
         return types.ListToolsResult(tools=await _run(listing))
 
     async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        try:
+            return await answer(ctx, params)
+        except Exception as exc:
+            # The journal (or the queue) did not answer — a restart, say. The call may or may
+            # not have started what it asked for: that is unknown, never an error a model
+            # reads as "failed" (found by the chaos run's MCP harness, a PostgreSQL restart).
+            logger.exception("MCP call %s could not be answered", params.name)
+            return _unanswered(params, exc)
+
+    async def answer(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         name = params.name

@@ -23,6 +23,7 @@ import anyio
 import httpx2
 import jsonschema
 import pytest
+from django.db import OperationalError
 from django.test import Client as DjangoClient
 from django.test import override_settings
 from mcp import Client, StdioServerParameters
@@ -31,6 +32,7 @@ from mcp_types import CallToolResult
 
 from agentops.api.auth import api_client_create
 from agentops.effects import CostClass, intents
+from agentops.mcp.http import UNAVAILABLE, TokenGate
 from agentops.mcp.server import build_server
 from agentops.models import IntentClientKey, IntentKey
 from agentops.runner import task_start
@@ -387,6 +389,79 @@ def test_a_client_key_reused_with_other_arguments_is_refused(
     # The key still names the first intent.
     assert data(checked)["status"] == "done"
     assert data(checked)["evidence"] == data(first)["evidence"]
+
+
+# --- When the journal does not answer ------------------------------------------------------------
+
+
+def test_a_call_the_journal_cannot_answer_is_unknown_never_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A PostgreSQL restart in the middle of an intent's call (found by the chaos run's MCP
+    harness: the SDK answered "Internal server error", which a model reads as "failed")."""
+    name, _ = mcp_client()
+
+    def restarting(**_: Any) -> Any:
+        raise OperationalError("consuming input failed: server closed the connection")
+
+    monkeypatch.setattr("agentops.mcp.services.intent_call", restarting)
+    monkeypatch.setattr("agentops.mcp.selectors.check", restarting)
+    monkeypatch.setattr("agentops.mcp.selectors.effects_for", restarting)
+
+    async def calls() -> list[CallToolResult]:
+        async with in_process(name) as client:
+            session = Session(client)
+            return [
+                await session.call("charge_invoice", {"invoice": " INV-3001"}),
+                await session.call("check_effect", {"reference": "charge:INV-3001"}),
+                await client.call_tool("effects_for", {"reference": "INV-3001"}),
+            ]
+
+    charged, checked, listed = run(calls)
+    for result in (charged, checked):
+        said = data(result)
+        assert not result.is_error and said["status"] == "unknown"
+        assert said["reason"].startswith("agentops could not finish answering (OperationalError")
+        assert said["waiting_for"] == "agentops' journal to answer again"
+    assert data(charged)["object"] == "charge:INV-3001" and data(charged)["intent"] == (
+        "charge_invoice"
+    )
+    assert text(charged).startswith("unknown — agentops could not finish answering")
+    assert "no other charge for invoice INV-3001 may start" in text(charged)
+    # A read that could not be made says so, and claims nothing about what was done.
+    assert listed.is_error and listed.structured_content is None
+    assert "says nothing of what was done" in text(listed)
+
+
+def test_a_request_whose_token_cannot_be_checked_is_told_nothing_was_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def restarting(**_: Any) -> Any:
+        raise OperationalError("the database system is not yet accepting connections")
+
+    monkeypatch.setattr("agentops.mcp.http.api_client_authenticate", restarting)
+    reached: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope)
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    scope = {"type": "http", "headers": [(b"authorization", b"Bearer ao_live_x")]}
+    run(lambda: TokenGate(app)(scope, receive, send))
+    assert not reached  # the MCP layer never saw it
+    start, body = sent
+    assert start["status"] == 503 and (b"retry-after", b"1") in start["headers"]
+    error = json.loads(body["body"])
+    # A JSON-RPC error, which the SDK's client shows as it is (not "an error response").
+    assert error["jsonrpc"] == "2.0" and error["error"]["code"] == UNAVAILABLE
+    assert "the request was not read and nothing was done" in error["error"]["message"]
 
 
 # --- The tools as declared ----------------------------------------------------------------------
