@@ -14,7 +14,7 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -445,9 +445,9 @@ def test_a_request_whose_token_cannot_be_checked_is_told_nothing_was_done(
     async def app(scope: Any, receive: Any, send: Any) -> None:
         reached.append(scope)
 
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     async def receive() -> dict[str, Any]:
