@@ -88,6 +88,7 @@ def _page(browser: Any, viewport: dict[str, int]) -> Iterator[Any]:
 
 
 def operator(*groups: str) -> str:
+    """A login in ``groups`` (``Operators`` when none is named)."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
@@ -95,6 +96,15 @@ def operator(*groups: str) -> str:
     made = get_user_model().objects.create_user(username=name, password=PASSWORD)
     for group in groups or ("Operators",):
         made.groups.add(Group.objects.get(name=group))
+    return name
+
+
+def stranger() -> str:
+    """A login with no permission at all."""
+    from django.contrib.auth import get_user_model
+
+    name = f"nobody-{uuid.uuid4().hex[:8]}"
+    get_user_model().objects.create_user(username=name, password=PASSWORD)
     return name
 
 
@@ -106,11 +116,43 @@ def log_in(page: Any, base: str, username: str) -> None:
     page.wait_for_url(f"{base}/")
 
 
-def screenshot(page: Any, name: str) -> None:
+PHONE = {"width": 390, "height": 844}
+
+
+def screenshot(page: Any, name: str, *, phone: bool = False) -> None:
+    """Write ``<name>.png`` where AGENTOPS_SCREENSHOTS says; with ``phone``, also
+    ``<name>-phone.png`` at a phone's width (the page reloaded there, then put back)."""
     folder = os.environ.get("AGENTOPS_SCREENSHOTS")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+    if not folder:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+    if phone:
+        desktop = page.viewport_size
+        page.set_viewport_size(PHONE)
+        page.reload()
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=str(Path(folder) / f"{name}-phone.png"), full_page=True)
+        page.set_viewport_size(desktop)
+        page.reload()
+
+
+# What the browser tests refuse: serious and critical violations, by axe-core's own impact.
+REFUSED_IMPACTS = ("serious", "critical")
+
+
+def accessibility_problems(page: Any) -> list[str]:
+    """axe-core's serious and critical violations on the page as it stands, one line each
+    (rule, impact, how many nodes, the first nodes' selectors)."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    found = Axe().run(page).response["violations"]
+    return [
+        f"{v['id']} ({v['impact']}) on {len(v['nodes'])}: "
+        + ", ".join(" ".join(n["target"]) for n in v["nodes"][:3])
+        for v in found
+        if v["impact"] in REFUSED_IMPACTS
+    ]
 
 
 @pytest.fixture(autouse=True)
