@@ -334,6 +334,8 @@ AXES_COOLOFF_TIME = timedelta(minutes=_env_float("LOGIN_LOCKOUT_MINUTES", 15.0))
 AXES_LOCKOUT_PARAMETERS = ["ip_address"]
 AXES_CLIENT_IP_CALLABLE = "agentops.access.client_ip"
 AXES_RESET_ON_SUCCESS = True
+# The lockout says for how long, and what to do (templates/429.html).
+AXES_LOCKOUT_TEMPLATE = "429.html"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "login"

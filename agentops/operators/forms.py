@@ -45,6 +45,33 @@ class ResolveForm(forms.Form):
 class ApproveForm(forms.Form):
     approval = forms.IntegerField(widget=forms.HiddenInput)
     digest = forms.CharField(max_length=64, widget=forms.HiddenInput)
+    reason = forms.CharField(
+        max_length=2000,
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Optional: recorded with your name, the time and exactly what you approved.",
+    )
+
+
+class CorrectForm(forms.Form):
+    """A step settled not done that happened after all: the evidence found, and why."""
+
+    evidence = forms.CharField(
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 5, "spellcheck": "false"}),
+        help_text="The effect as the provider shows it, as a JSON object (the conflicting "
+        "report's evidence is filled in): every field the tool proves it done with.",
+    )
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def clean_evidence(self) -> dict[str, Any]:
+        try:
+            value = json.loads(self.cleaned_data["evidence"])
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not JSON: {exc}.") from exc
+        if not isinstance(value, dict) or not value:
+            raise forms.ValidationError('Give a JSON object, such as {"charge": "ch_…"}.')
+        return value
 
 
 class RejectForm(forms.Form):
@@ -170,3 +197,43 @@ def problems_by_field(form: forms.Form, problems: list[str]) -> None:
 
 def as_json(value: Any) -> str:
     return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False, default=str)
+
+
+# --- The list's filters ------------------------------------------------------------------------
+
+
+class ListForm(forms.Form):
+    """What the task list is asked for, from its URL: anything unknown is left out."""
+
+    # The search is taken as typed (see query()): a text that cannot be in the journal (a NUL,
+    # a page of characters) must match nothing, not be dropped and match everything.
+    state = forms.CharField(max_length=30, required=False)
+    kind = forms.CharField(max_length=100, required=False)
+    attention = forms.CharField(max_length=30, required=False)
+    since = forms.DateField(required=False)
+    until = forms.DateField(required=False)
+    sort = forms.CharField(max_length=20, required=False)
+
+    def __init__(
+        self,
+        *args: Any,
+        states: Mapping[str, str],
+        kinds: Mapping[str, str],
+        codes: Mapping[str, str],
+        sorts: Mapping[str, str],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.allowed = {"state": states, "kind": kinds, "attention": codes, "sort": sorts}
+
+    def query(self) -> dict[str, Any]:
+        """The filters that are valid, each as the selector takes it."""
+        self.is_valid()
+        data = getattr(self, "cleaned_data", {})
+        found: dict[str, Any] = {"q": str(self.data.get("q") or "")}
+        for name, allowed in self.allowed.items():
+            value = data.get(name) or ""
+            found[name] = value if value in allowed else ""
+        found["since"] = data.get("since")
+        found["until"] = data.get("until")
+        return found

@@ -16,24 +16,49 @@ import hashlib
 import json
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.functions import Now
 from django.utils.safestring import SafeString
 
 from agentops.audit.models import Finding
 from agentops.audit.selectors import findings_of
-from agentops.kinds import kinds
+from agentops.kinds import kinds, references_of
 from agentops.notifications.models import Delivery
 from agentops.notifications.selectors import deliveries_of
+from agentops.operators import readable
+from agentops.operators.history import Decision, History, task_history
 from agentops.operators.timeline import Event, Timeline, step_timeline
 from agentops.tools import tool_registry
-from journal.models import Approval, ApprovalState, Entry, Step, StepKind, Task, TaskStatus
+from journal.models import (
+    Approval,
+    ApprovalState,
+    Attention,
+    Entry,
+    EntryKind,
+    Step,
+    StepKind,
+    Task,
+    TaskStatus,
+)
+from journal.operator import correction_of
 from journal.outcomes import StepState
 from journal.protocols import StepFact
 from journal.selectors import task_facts_of
@@ -92,9 +117,16 @@ def _searchable(q: str) -> bool:
     return "\x00" not in q and len(q) <= SEARCH_MAX_LENGTH
 
 
+# A search this long or longer also finds the text inside the references' texts (a name, an
+# address); shorter, only whole values (a reference, an id).
+SUBSTRING_FROM = 3
+
+
 def _search(q: str) -> Q:
-    """Tasks matching a business reference, a step key, a provider's id or a task id; any
-    text at all (a search that cannot be in the journal matches nothing)."""
+    """Tasks matching a business reference, a step key, a provider's id or a task id, or a
+    customer's name or address (any text of the references: ``Lovelace`` finds "Ada
+    Lovelace", ``ada@example.com`` finds the task that emails it); any text at all (a search
+    that cannot be in the journal matches nothing)."""
     q = q.strip()
     if not q:
         return Q()
@@ -110,7 +142,35 @@ def _search(q: str) -> Q:
     by_refs = Q()
     for path in sorted({p for kind in kinds().values() for p in kind.references}):
         by_refs |= _reference_q(path.split("."), q)
+    top, nested = _text_fields()
+    for name in top:
+        lookup = "icontains" if len(q) >= SUBSTRING_FROM else "iexact"
+        by_refs |= Q(**{f"refs__{name}__{lookup}": q})
+    for path in nested:
+        by_refs |= _reference_q(path.split("."), q)
     return by_refs | Q(pk__in=Step.objects.filter(by_evidence).values("task_id"))
+
+
+def _text_fields() -> tuple[list[str], list[str]]:
+    """The references' free texts, as the kinds' schemas declare them: top-level ones
+    (``email``, ``traveller``) and those in lists of objects (``invoices.*.email``). Not
+    enumerations (a currency): those are filters, not what a person types."""
+    top: set[str] = set()
+    nested: set[str] = set()
+    references = {p for kind in kinds().values() for p in kind.references}
+    for kind in kinds().values():
+        for name, spec in (kind.refs_schema.get("properties") or {}).items():
+            if _is_text(spec) and name not in references:  # a reference is found whole
+                top.add(name)
+            items = (spec.get("items") or {}) if spec.get("type") == "array" else {}
+            for inner, inner_spec in (items.get("properties") or {}).items():
+                if _is_text(inner_spec):
+                    nested.add(f"{name}.*.{inner}")
+    return sorted(top), sorted(nested - references)
+
+
+def _is_text(spec: Mapping[str, Any]) -> bool:
+    return spec.get("type") == "string" and "enum" not in spec
 
 
 def _reference_q(path: list[str], q: str) -> Q:
@@ -125,6 +185,30 @@ def _reference_q(path: list[str], q: str) -> Q:
 
 
 @dataclass(frozen=True)
+class ListQuery:
+    """What an operator asked the list for (parsed by the view's form; kept in the URL)."""
+
+    state: str = ""
+    q: str = ""
+    kind: str = ""
+    attention: str = ""
+    since: date | None = None
+    until: date | None = None
+    sort: str = ""
+
+
+SORTS: dict[str, str] = {
+    "": "newest first",
+    "oldest": "oldest first",
+    "stuck": "stuck longest first",
+}
+# What holds a task up for a person: those come first in the "stuck longest" order.
+STUCK = Q(status__in=[TaskStatus.NEEDS_HUMAN, TaskStatus.AWAITING_APPROVAL]) | Q(has_unknown=True)
+# The entries that say since when a task has been where it is.
+SINCE_KINDS = (EntryKind.TASK_FLAGGED, EntryKind.APPROVAL_REQUESTED, EntryKind.TASK_WAITING)
+
+
+@dataclass(frozen=True)
 class TaskList:
     page: Page[Task]
     attention: list[Task]
@@ -133,21 +217,53 @@ class TaskList:
     q: str
     in_flight: bool
     fingerprint: str
+    query: ListQuery = field(default_factory=ListQuery)
 
 
-def task_list(*, state: str = "", q: str = "", page: int | str = 1) -> TaskList:
-    """The tasks an operator asked for, newest first; those needing a person come first on
-    the page, in their own panel."""
+def _rows(query: ListQuery) -> QuerySet[Task]:
+    since = (
+        Entry.objects.filter(task=OuterRef("pk"), kind__in=SINCE_KINDS)
+        .order_by("-id")
+        .values("at")[:1]
+    )
     rows: QuerySet[Task] = Task.objects.annotate(
         has_unknown=_unknown_steps(),
         running_now=Q(lease_expires_at__gt=Now()),
-    ).order_by("-created_at")
-    if state in FILTERS:
-        rows = rows.filter(FILTERS[state][1])
-    rows = rows.filter(_search(q))
+        stuck_since=Subquery(since),
+    )
+    if query.state in FILTERS:
+        rows = rows.filter(FILTERS[query.state][1])
+    if query.kind:
+        rows = rows.filter(kind=query.kind)
+    if query.attention:
+        rows = rows.filter(attention_code=query.attention)
+    if query.since is not None:
+        rows = rows.filter(created_at__gte=_midnight(query.since))
+    if query.until is not None:
+        rows = rows.filter(created_at__lt=_midnight(query.until) + timedelta(days=1))
+    return rows.filter(_search(query.q))
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=UTC)
+
+
+def task_list(*, query: ListQuery | None = None, page: int | str = 1) -> TaskList:
+    """The tasks an operator asked for, newest first (or oldest, or those stuck longest
+    first); those needing a person come first on the page, in their own panel."""
+    query = query or ListQuery()
+    rows = _rows(query)
+    if query.sort == "oldest":
+        rows = rows.order_by("created_at", "pk")
+    elif query.sort == "stuck":
+        rows = rows.annotate(
+            stuck=Case(When(STUCK, then=Value(0)), default=Value(1), output_field=IntegerField())
+        ).order_by("stuck", F("stuck_since").asc(nulls_last=True), "created_at", "pk")
+    else:
+        rows = rows.order_by("-created_at", "-pk")
     paged = Paginator(rows, PER_PAGE).get_page(page)
     attention: list[Task] = []
-    if not state and not q:
+    if query == ListQuery():
         attention = list(
             Task.objects.filter(
                 status__in=[TaskStatus.NEEDS_HUMAN, TaskStatus.AWAITING_APPROVAL]
@@ -164,10 +280,11 @@ def task_list(*, state: str = "", q: str = "", page: int | str = 1) -> TaskList:
         page=paged,
         attention=attention,
         counts=counts,
-        state=state if state in FILTERS else "",
-        q=q,
+        state=query.state if query.state in FILTERS else "",
+        q=query.q,
         in_flight=in_flight,
-        fingerprint=fingerprint(seen, counts, paged.number),
+        fingerprint=fingerprint(seen, counts, paged.number, paged.paginator.count),
+        query=query,
     )
 
 
@@ -187,14 +304,29 @@ class StepRow:
     undone_by: int | None = None
     key_left_s: float | None = None
     result_text: str = ""
+    decisions: list[Decision] = field(default_factory=list)
+    """People's decisions about this step (reconciled, settled by hand, approved, corrected)."""
+    corrects: int | None = None
+    """The step this one corrects (a person's correction of a late effect)."""
+    corrected_by: int | None = None
+    reported: Mapping[str, Any] | None = None
+    """What the last conflicting report said was done (its evidence), if one did."""
 
     @property
     def svg(self) -> SafeString:
         return self.timeline.svg(label=f"timeline of step {self.step.n}")
 
-    @property
-    def events(self) -> SafeString:
-        return self.timeline.events_html()
+
+@dataclass(frozen=True)
+class AttentionNow:
+    """The step a task was handed to a person about, as it is now: a banner about an open
+    step says so once that step settled (a webhook, a lookup, a person)."""
+
+    n: int
+    state: str
+    settled_since: bool
+    detail: str = ""
+    at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -206,12 +338,33 @@ class TaskPage:
     running_now: bool
     live: bool
     fingerprint: str
-    operator_entries: list[Event] = field(default_factory=list)
     finish: Step | None = None
     deliveries: list[Delivery] = field(default_factory=list)
     """What NOTIFY_URL was told of this task (agentops/notifications)."""
     findings: list[Finding] = field(default_factory=list)
     """What the provider audit found of this task's effects (agentops/audit)."""
+    history: History = field(default_factory=History)
+    attention: AttentionNow | None = None
+
+    @property
+    def steps(self) -> list[Step]:
+        """Every step of the task, the finish included (for the journal's rules)."""
+        return [r.step for r in self.rows] + ([self.finish] if self.finish else [])
+
+    @property
+    def amount(self) -> str:
+        """What the task moves, as people read it: from its refs, or its first call that
+        names an amount and a currency (a kind's default currency is in its arguments)."""
+        shown = readable.money_of(self.task.refs)
+        calls = [r.step.args for r in self.rows] + ([self.held.args] if self.held else [])
+        return shown or next((m for m in map(readable.money_of, calls) if m), "")
+
+    @property
+    def reference(self) -> str:
+        found = references_of(
+            self.task.kind, self.task.refs if isinstance(self.task.refs, dict) else {}
+        )
+        return found[0] if found else ""
 
 
 def _badge(step: Step) -> str:
@@ -226,7 +379,8 @@ def _badge(step: Step) -> str:
 
 
 def task_page(*, task_id: uuid.UUID) -> TaskPage:
-    """Everything a task's page shows, in five queries."""
+    """Everything a task's page shows, in a fixed number of queries (the task, its steps, its
+    entries, its approvals, its notifications and its findings)."""
     task = Task.objects.annotate(running_now=Q(lease_expires_at__gt=Now()), db_now=Now()).get(
         pk=task_id
     )
@@ -250,6 +404,9 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         by_step[step_id].append(event)
     now: datetime = task.db_now  # type: ignore[attr-defined]
     n_of = {s.pk: s.n for s in steps}
+    history = task_history(entries, n_of=n_of, approvals=approvals)
+    corrects = {s.n: of for s in steps if (of := correction_of(s)) is not None}
+    corrected_by = {of: n for n, of in corrects.items()}
     rows = []
     finish = None
     for s in steps:
@@ -260,24 +417,33 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         if s.key_trusted_until is not None and s.state in (StepState.PENDING, StepState.UNKNOWN):
             left = max((s.key_trusted_until - now).total_seconds(), 0.0)
         fact = facts.get(s.n)
+        events = by_step.get(s.pk, [])
         rows.append(
             StepRow(
                 step=s,
                 fact=fact,
                 badge=_badge(s),
-                timeline=step_timeline(by_step.get(s.pk, [])),
+                timeline=step_timeline(events, sent=s.n not in corrects),
                 undone_by=n_of.get(s.offset_by_id) if s.offset_by_id else None,
                 key_left_s=left,
                 result_text=fact.result_text() if fact is not None else "",
+                decisions=list(history.by_step.get(s.n, [])),
+                corrects=corrects.get(s.n),
+                corrected_by=corrected_by.get(s.n),
+                reported=_reported(events),
             )
         )
     held = next((a for a in approvals if a.state == ApprovalState.PENDING), None)
     deliveries = deliveries_of(task_id=task_id)
     findings = findings_of(task_id=task_id)
-    # A notification still being tried keeps the page polling after the task is over.
-    live = task.status in (*ADVANCING, TaskStatus.AWAITING_APPROVAL) or any(
-        d.settled_at is None for d in deliveries
-    )
+    # A task with a person keeps polling too: a webhook or a colleague may settle its steps,
+    # and its banner must say so. A notification still being tried keeps the page polling
+    # after the task is over.
+    live = task.status in (
+        *ADVANCING,
+        TaskStatus.AWAITING_APPROVAL,
+        TaskStatus.NEEDS_HUMAN,
+    ) or any(d.settled_at is None for d in deliveries)
     seen = (
         task.status,
         task.attention_code,
@@ -298,11 +464,37 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         running_now=bool(task.running_now),  # type: ignore[attr-defined]
         live=live,
         fingerprint=fingerprint(seen),
-        operator_entries=[e for _, e in entries if e.kind == "operator_action"],
         finish=finish,
         deliveries=deliveries,
         findings=findings,
+        history=history,
+        attention=_attention_now(task, entries, {s.pk: s for s in steps}),
     )
+
+
+def _reported(events: list[Event]) -> Mapping[str, Any] | None:
+    """The evidence of the last report that contradicted the step by saying it was done."""
+    for e in reversed(events):
+        evidence = e.data.get("evidence")
+        if e.kind == "conflict" and e.data.get("reported") == "done" and isinstance(evidence, dict):
+            return evidence
+    return None
+
+
+def _attention_now(
+    task: Task, entries: Sequence[tuple[int | None, Event]], steps: Mapping[int, Step]
+) -> AttentionNow | None:
+    """The step the task was last handed to a person about, and whether it settled since."""
+    if task.status != TaskStatus.NEEDS_HUMAN:
+        return None
+    flagged = next(
+        ((step_id, e) for step_id, e in reversed(entries) if e.kind == "task_flagged"), None
+    )
+    if flagged is None or flagged[0] is None or flagged[0] not in steps:
+        return None
+    step = steps[flagged[0]]
+    since = step.settled_at is not None and step.settled_at > flagged[1].at
+    return AttentionNow(step.n, str(step.state), since, step.detail, step.settled_at)
 
 
 def unknown_steps_of(*, tasks: QuerySet[Task]) -> list[int]:
@@ -314,12 +506,17 @@ def unknown_steps_of(*, tasks: QuerySet[Task]) -> list[int]:
     )
 
 
-def tasks_matching(*, state: str, q: str) -> QuerySet[Task]:
-    rows = Task.objects.annotate(has_unknown=_unknown_steps())
-    if state in FILTERS:
-        rows = rows.filter(FILTERS[state][1])
-    return rows.filter(_search(q))
+def tasks_matching(
+    *, query: ListQuery | None = None, state: str = "", q: str = ""
+) -> QuerySet[Task]:
+    """Every task the list shows for ``query`` (or just a state and a search), on any page:
+    a bulk action's "all", the HTTP API's ``?ref=``."""
+    return _rows(query if query is not None else ListQuery(state=state, q=q))
 
 
 def labels() -> Mapping[str, str]:
     return {name: label for name, (label, _) in FILTERS.items()}
+
+
+def attention_labels() -> Mapping[str, str]:
+    return dict(Attention.choices)

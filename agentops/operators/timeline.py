@@ -1,6 +1,7 @@
-"""A step's timeline as shapes for inline SVG: the picture of the six-second charge.
+"""A step's timeline as shapes for inline SVG (the picture of the six-second charge), and as
+a table people read: when, how long after the step began, what happened, who did it.
 
-Pure: entries in, shapes out. Time runs left to right from the step's first entry to its
+Pure: entries in, shapes and rows out. Time runs left to right from the step's first entry to its
 last; each attempt is a bar from its start to its end (colored by what it was classified),
 lookups are dots (found or not), a webhook is a diamond, settlement a line. Every shape has
 a title (the tooltip) saying what happened; nothing here is styled inline (the pages' CSP
@@ -31,9 +32,21 @@ class Shape:
     points: str = ""
     at_s: float = 0.0  # seconds after the step's first entry
 
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a step's timeline table: when, how long after the step's first entry,
+    what happened, who did it (a person, a provider, or the harness when empty)."""
+
+    at: datetime
+    since_s: float
+    what: str
+    actor: str = ""
+    css: str = ""
+
     @property
-    def caption(self) -> str:
-        return f"+{self.at_s:.1f} s {self.title}"
+    def since(self) -> str:
+        return f"+{self.since_s:.1f} s" if self.since_s < 120 else f"+{self.since_s / 60:.0f} min"
 
 
 @dataclass(frozen=True)
@@ -42,11 +55,7 @@ class Timeline:
     span_s: float = 0.0
     width: int = WIDTH
     height: int = HEIGHT
-
-    @property
-    def captions(self) -> list[str]:
-        """What happened, in the order it happened (the shapes are drawn by kind)."""
-        return [s.caption for s in sorted(self.shapes, key=lambda s: s.at_s)]
+    rows: list[Row] = field(default_factory=list)
 
     @property
     def span_label(self) -> str:
@@ -68,10 +77,6 @@ class Timeline:
             f"{escape(self.span_label)}</text></svg>"
         )
         return mark_safe("".join(parts))  # noqa: S308 - numbers and escaped text only
-
-    def events_html(self) -> SafeString:
-        """The captions as list items, escaped."""
-        return mark_safe("".join(f"<li>{escape(c)}</li>" for c in self.captions))  # noqa: S308
 
 
 def _shape_svg(s: Shape) -> str:
@@ -109,8 +114,47 @@ def _attempt_title(start: Event, end: Event | None) -> str:
     return f"attempt {n}: {seen} {detail} → {end.data.get('classified', '')}".strip()
 
 
-def step_timeline(events: Sequence[Event]) -> Timeline:
-    """The shapes of one step's entries (in the order they were written)."""
+def describe(e: Event, *, sent: bool = True) -> tuple[str, str]:
+    """What one entry says happened, in a sentence, and its class (for its colour)."""
+    d = e.data
+    if e.kind == "step_recorded":
+        if not sent:
+            return "recorded by a person (nothing was sent)", ""
+        attempt = " and attempt 1 started" if "attempt" in d else ""
+        return f"recorded with its key{attempt}", ""
+    if e.kind == "attempt_started":
+        return f"attempt {d.get('attempt', '?')} started", ""
+    if e.kind == "attempt_ended":
+        return _attempt_title(Event(e.kind, e.at, {"attempt": d.get("attempt")}), e), ""
+    if e.kind == "lookup":
+        found = bool(d.get("found"))
+        return f"looked up: {d.get('result') or ('found' if found else 'not found')}", ""
+    if e.kind == "webhook_received":
+        return f"webhook {d.get('type', '')} ({d.get('event', '')})", ""
+    if e.kind == "step_settled":
+        state = str(d.get("state", "")).replace("_", " ")
+        return f"settled {state} ({d.get('via', 'attempt')}): {d.get('detail', '')}", (
+            "settled-" + state.replace(" ", "-")
+        )
+    if e.kind == "conflict":
+        return f"conflicting report, the step kept {d.get('kept', '')}: {d.get('reason', '')}", (
+            "conflict"
+        )
+    if e.kind == "operator_action":
+        why = f": {d['reason']}" if d.get("reason") else ""
+        return f"{d.get('action', 'acted')}{why}", "decision"
+    if e.kind == "effect_checked":
+        return f"still stands at the provider? {d.get('stands')}", ""
+    if e.kind in ("guard_refused", "decision_refused", "decision_rejected"):
+        return f"refused ({d.get('refusal', '')}): {d.get('proof', '')}", "settled-not-done"
+    if e.kind == "audit_finding":
+        return f"provider audit: {d.get('summary') or d.get('kind', '')}", "conflict"
+    return e.kind.replace("_", " "), ""
+
+
+def step_timeline(events: Sequence[Event], *, sent: bool = True) -> Timeline:
+    """The shapes of one step's entries (in the order they were written), and its table.
+    ``sent``: whether the step was ever sent (a person's correction was not)."""
     if not events:
         return Timeline()
     t0 = min(e.at for e in events)
@@ -129,6 +173,8 @@ def step_timeline(events: Sequence[Event]) -> Timeline:
     for e in events:
         # The first attempt starts with the step's record, and an attempt that settled the
         # step ends in the settlement's entry (one entry per commit, where one says both).
+        if not sent:
+            continue
         if e.kind == "attempt_started" or (e.kind == "step_recorded" and "attempt" in e.data):
             starts[e.data.get("attempt")] = e
         elif e.kind == "attempt_ended" or (e.kind == "step_settled" and "observed" in e.data):
@@ -206,4 +252,8 @@ def step_timeline(events: Sequence[Event]) -> Timeline:
                     at_s=since(e.at),
                 )
             )
-    return Timeline(shapes=shapes, span_s=round(span, 3))
+    rows = []
+    for e in events:
+        what, css = describe(e, sent=sent)
+        rows.append(Row(e.at, since(e.at), what, e.actor, css))
+    return Timeline(shapes=shapes, span_s=round(span, 3), rows=rows)

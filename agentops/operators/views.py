@@ -5,12 +5,10 @@ parts that changed (one partial per swap target)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from django import forms
+from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseRedirect
@@ -20,45 +18,42 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling, reswap, retarget
 
-from agentops.effects import ActionRefused, registry
+from agentops.effects import registry
 from agentops.http import HtmxHttpRequest
 from agentops.kinds import TaskRefused, kind_get, kinds
-from agentops.operators import selectors
-from agentops.operators.forms import (
-    ApproveForm,
-    ReasonForm,
-    RejectForm,
-    ResolveForm,
-    StartTaskForm,
-    as_json,
-    problems_by_field,
-)
-from agentops.runner import (
-    step_resolve,
-    steps_reconcile_now,
-    task_approve,
-    task_cancel,
-    task_compensate,
-    task_reject,
-    task_resume,
-    task_start,
-)
-from journal.models import Step, Task, TaskStatus
-from journal.outcomes import LIVE_STATES
-from journal.status import FINAL, TransitionRefused
+from agentops.operators import actions, selectors
+from agentops.operators.forms import ListForm, ReasonForm, StartTaskForm, as_json, problems_by_field
+from agentops.operators.queue import queue_now
+from agentops.runner import steps_reconcile_now, task_start
+from journal.models import Step, Task
+from journal.operator import undoable
+from journal.status import TransitionRefused
 
 # Looking at tasks (customers' addresses, arguments, payment links) needs its own permission,
 # as every action does: a login alone is not enough.
 VIEW = "journal.view_task"
+LIST_KEYS = ("state", "q", "kind", "attention", "since", "until", "sort", "page")
 
 
 def _actor(request: HtmxHttpRequest) -> str:
     return str(request.user.get_username())
 
 
-def _list_query(request: HtmxHttpRequest) -> dict[str, str]:
+def _list_params(request: HtmxHttpRequest) -> dict[str, str]:
+    """The list's query as the URL keeps it (only what was asked, only known keys)."""
     source = request.POST if request.method == "POST" else request.GET
-    return {k: source.get(k, "") for k in ("state", "q", "page") if source.get(k)}
+    return {k: source.get(k, "") for k in LIST_KEYS if source.get(k)}
+
+
+def _list_query(params: dict[str, str]) -> selectors.ListQuery:
+    form = ListForm(
+        params,
+        states=selectors.labels(),
+        kinds={k: k for k in kinds()},
+        codes=selectors.attention_labels(),
+        sorts=selectors.SORTS,
+    )
+    return selectors.ListQuery(**form.query())
 
 
 # --- The list ----------------------------------------------------------------------------------
@@ -67,24 +62,40 @@ def _list_query(request: HtmxHttpRequest) -> dict[str, str]:
 @require_GET
 @permission_required(VIEW, raise_exception=True)
 def task_list(request: HtmxHttpRequest) -> HttpResponse:
-    return _render_list(request, _list_query(request))
+    return _render_list(request, _list_params(request))
 
 
-def _render_list(request: HtmxHttpRequest, query: dict[str, str]) -> HttpResponse:
-    data = selectors.task_list(
-        state=query.get("state", ""), q=query.get("q", ""), page=query.get("page", 1)
-    )
+def _render_list(
+    request: HtmxHttpRequest, params: dict[str, str], result: str = ""
+) -> HttpResponse:
+    query = _list_query(params)
+    data = selectors.task_list(query=query, page=params.get("page", 1))
+    queue = queue_now()
+    fingerprint = selectors.fingerprint(data.fingerprint, queue.parts)
+    kept = {k: v for k, v in params.items() if k != "page"}
     context = {
         "data": data,
+        "queue": queue,
+        "fingerprint": fingerprint,
         "labels": selectors.labels(),
-        "query": urlencode(query),
-        "query_dict": query,
+        "kinds": sorted(kinds()),
+        "codes": selectors.attention_labels(),
+        "sorts": selectors.SORTS,
+        "query": urlencode(params),
+        "kept": urlencode(kept),
+        "query_dict": params,
+        "result": result,
+        "page_links": list(
+            data.page.paginator.get_elided_page_range(data.page.number, on_each_side=2, on_ends=1)
+        ),
     }
-    if request.htmx:
-        if request.GET.get("fp") == data.fingerprint:
+    if request.htmx and not result:
+        if request.GET.get("fp") == fingerprint:
             return HttpResponse(status=204)
         response = render(request, "operators/task_list.html#list", context)
         return _stop_polling(response) if not data.in_flight else response
+    if request.htmx:
+        return render(request, "operators/task_list.html#list", context)
     return render(request, "operators/task_list.html", context)
 
 
@@ -97,34 +108,48 @@ def _stop_polling(response: HttpResponse) -> HttpResponse:
 @require_POST
 @permission_required("journal.reconcile_step", raise_exception=True)
 def tasks_reconcile(request: HtmxHttpRequest) -> HttpResponse:
-    """Bulk *Reconcile now*: the selected tasks' unknown steps, or every matching one."""
-    query = _list_query(request)
-    if not request.htmx and request.POST.get("confirmed") != "1":
-        # Without JavaScript the browser asked nobody: confirm on a page of its own.
-        return render(
-            request,
-            "operators/bulk_confirm.html",
-            {
-                "posted": request.POST,
-                "selected": len(request.POST.getlist("task")),
-                "query": urlencode(query),
-            },
-        )
-    if request.POST.get("all") == "matching":
-        tasks = selectors.tasks_matching(state=query.get("state", ""), q=query.get("q", ""))
+    """Bulk *Reconcile now*: the selected tasks' unknown steps, or every matching one. Asked
+    in the page (the confirmation, with a reason, swapped in; a page of its own without
+    JavaScript), then done, and the result said."""
+    params = _list_params(request)
+    everything = request.POST.get("all") == "matching"
+    ids = []
+    for raw in request.POST.getlist("task"):
+        try:
+            ids.append(uuid.UUID(raw))
+        except ValueError:
+            continue
+    form = ReasonForm(request.POST if request.POST.get("confirmed") == "1" else None)
+    if request.POST.get("confirmed") != "1" or not form.is_valid():
+        context = {
+            "posted": request.POST,
+            "selected": len(ids),
+            "everything": everything,
+            "query": urlencode(params),
+            "form": form,
+        }
+        if request.htmx:
+            return render(request, "operators/bulk_confirm.html#bulk-confirm", context)
+        return render(request, "operators/bulk_confirm.html", context)
+    if everything:
+        tasks = selectors.tasks_matching(query=_list_query(params))
     else:
-        ids = []
-        for raw in request.POST.getlist("task"):
-            try:
-                ids.append(uuid.UUID(raw))
-            except ValueError:
-                continue
         tasks = Task.objects.filter(pk__in=ids)
     steps = selectors.unknown_steps_of(tasks=tasks)
-    steps_reconcile_now(step_ids=steps, actor=_actor(request), reason="bulk reconcile now")
+    reason = form.cleaned_data["reason"] or "bulk reconcile now"
+    steps_reconcile_now(step_ids=steps, actor=_actor(request), reason=reason)
+    touched = len(set(Step.objects.filter(pk__in=steps).values_list("task_id", flat=True)))
+    result = (
+        f"Reconcile now: {len(steps)} unknown step{'s' if len(steps) != 1 else ''} of "
+        f"{touched} task{'s' if touched != 1 else ''} to be looked up now, recorded with your "
+        f"name and reason ({reason})."
+        if steps
+        else "Reconcile now: no unknown step among those tasks; nothing was done."
+    )
     if request.htmx:
-        return _render_list(request, query)
-    return HttpResponseRedirect(f"{reverse('operators:tasks')}?{urlencode(query)}")
+        return _render_list(request, params, result=result)
+    messages.success(request, result)
+    return HttpResponseRedirect(f"{reverse('operators:tasks')}?{urlencode(params)}")
 
 
 # --- One task ----------------------------------------------------------------------------------
@@ -153,125 +178,22 @@ def _task_page(task_id: uuid.UUID) -> selectors.TaskPage:
 def _task_context(request: HtmxHttpRequest, page: selectors.TaskPage) -> dict[str, Any]:
     task = page.task
     links = [(link.label, link.url(task)) for link in registry.links]
+    offers = actions.task_offers(request, page)
     return {
         "page": page,
         "task": task,
-        "actions": {row.step.n: step_actions(request, page, row.step) for row in page.rows},
-        "task_actions": task_actions(request, page),
-        "labels": {name: spec.label for name, spec in _actions().items()},
-        "refs_json": as_json(task.refs),
+        "step_offers": {row.step.n: actions.step_offers(request, page, row) for row in page.rows},
+        "held_offers": [o for o in offers if o.name in ("approve", "reject", "compensate")],
+        # What the held step's callout offers is not offered twice.
+        "task_offers": [
+            o
+            for o in offers
+            if o.name not in ("approve", "reject")
+            and not (page.held is not None and o.name == "compensate")
+        ],
         "links": [(label, request.build_absolute_uri(url)) for label, url in links if url],
         "back": _safe_next(request) or reverse("operators:tasks"),
     }
-
-
-def step_actions(request: HtmxHttpRequest, page: selectors.TaskPage, step: Step) -> list[str]:
-    """The actions this user may take on this step now, where they are safe."""
-    user, task = request.user, page.task
-    found = []
-    open_step = step.state in LIVE_STATES
-    if (
-        open_step
-        and task.status not in (*FINAL, TaskStatus.AWAITING_APPROVAL)
-        and not (step.state == "pending" and page.running_now)
-        and user.has_perm("journal.reconcile_step")
-    ):
-        found.append("reconcile")
-    if (
-        open_step
-        and task.status == TaskStatus.NEEDS_HUMAN
-        and user.has_perm("journal.resolve_step")
-    ):
-        found.append("resolve")
-    return found
-
-
-def task_actions(request: HtmxHttpRequest, page: selectors.TaskPage) -> list[str]:
-    user, task = request.user, page.task
-    found = []
-    if page.held is not None and user.has_perm("journal.decide_approval"):
-        found += ["approve", "reject"]
-    if task.plan and task.status not in FINAL and user.has_perm("journal.compensate_saga"):
-        found.append("compensate")
-    if task.status == TaskStatus.NEEDS_HUMAN and user.has_perm("journal.resume_task"):
-        found += ["resume", "cancel"]
-    # What the installed apps add (a payment's retry): each its own permission and test.
-    for name, added in registry.actions.items():
-        if user.has_perm(added.permission) and added.available(task):
-            found.append(name)
-    return found
-
-
-@dataclass(frozen=True)
-class Action:
-    permission: str
-    label: str
-    question: str
-    form: Callable[..., forms.Form]
-    step: bool = False
-
-
-def _reason(required: bool) -> Callable[..., forms.Form]:
-    return lambda *a, **k: ReasonForm(*a, reason_required=required, **k)
-
-
-ACTIONS: dict[str, Action] = {
-    "reconcile": Action(
-        "journal.reconcile_step",
-        "Reconcile now",
-        "Look this step up at its provider now, by its key? It is sent again, with the same "
-        "key, only while the provider still remembers the key.",
-        _reason(False),
-        step=True,
-    ),
-    "resolve": Action(
-        "journal.resolve_step",
-        "Resolve manually",
-        "Settle this step by hand, from what you found at the provider?",
-        ResolveForm,
-        step=True,
-    ),
-    "approve": Action(
-        "journal.decide_approval",
-        "Approve",
-        "Approve exactly this step? The saga goes on with it.",
-        ApproveForm,
-    ),
-    "reject": Action(
-        "journal.decide_approval",
-        "Reject",
-        "Reject this step? It never runs, and the saga undoes what it did.",
-        RejectForm,
-    ),
-    "compensate": Action(
-        "journal.compensate_saga",
-        "Compensate",
-        "Undo everything this saga did that can be undone, newest first? Nothing goes forward.",
-        _reason(True),
-    ),
-    "resume": Action(
-        "journal.resume_task",
-        "Resume",
-        "Let this task go on from where it is?",
-        _reason(True),
-    ),
-    "cancel": Action(
-        "journal.resume_task",
-        "Cancel",
-        "Stop this task for good?",
-        _reason(True),
-    ),
-}
-
-
-def _actions() -> dict[str, Action]:
-    """Ours, and those the installed apps add (always with a reason)."""
-    added = {
-        name: Action(a.permission, a.label, a.question, _reason(True))
-        for name, a in registry.actions.items()
-        if name not in ACTIONS
-    }
-    return {**ACTIONS, **added}
 
 
 @require_http_methods(["GET", "POST"])
@@ -279,24 +201,35 @@ def _actions() -> dict[str, Action]:
 def task_action(
     request: HtmxHttpRequest, task_id: uuid.UUID, action: str, n: int | None = None
 ) -> HttpResponse:
-    spec = _actions().get(action)
+    spec = actions.actions().get(action)
     if spec is None or spec.step != (n is not None):
         raise Http404("no such action")
     if not request.user.has_perm(spec.permission):
         raise PermissionDenied
     page = _task_page(task_id)
-    step = next((r.step for r in page.rows if r.step.n == n), None) if n is not None else None
-    if n is not None and step is None:
+    row = next((r for r in page.rows if r.step.n == n), None) if n is not None else None
+    if n is not None and row is None:
         raise Http404("no such step")
-    offered = step_actions(request, page, step) if step is not None else task_actions(request, page)
-    initial = {}
+    step = row.step if row is not None else None
+    offered = (
+        actions.step_offers(request, page, row)
+        if row is not None
+        else actions.task_offers(request, page)
+    )
+    offer = next((o for o in offered if o.name == action), None)
+    initial: dict[str, Any] = {}
     if page.held is not None:
         initial = {"approval": page.held.pk, "digest": page.held.digest}
+    if action == "correct" and row is not None and row.reported is not None:
+        initial["evidence"] = as_json(row.reported)
     form = spec.form(request.POST if request.method == "POST" else None, initial=initial)
-    error = "" if action in offered else f"“{spec.label}” is not safe for this task now."
+    not_safe = f"“{spec.label}” is not safe for this task now."
+    error = not_safe if offer is None else offer.why_not
     if request.method == "POST" and not error and form.is_valid():
         try:
-            started = _perform(action, request, page, step, form.cleaned_data)
+            started = actions.perform(
+                action, actor=_actor(request), page=page, step=step, data=form.cleaned_data
+            )
         except TransitionRefused as exc:
             error = str(exc)
         else:
@@ -310,62 +243,19 @@ def task_action(
         "form": form,
         "error": error,
         "step": step,
+        "row": row,
+        "undoes": undoable(page.steps) if action == "compensate" else [],
     }
     if request.htmx:
         response = render(request, "operators/confirm.html#confirm", context)
         if request.method == "POST":
             # A refusal goes back into the confirmation, not over the row it was about.
-            retarget(response, f"#confirm-{step.n}" if step is not None else "#task-confirm")
+            slot = "#held-confirm" if action in ("approve", "reject") else "#task-confirm"
+            retarget(response, f"#confirm-{step.n}" if step is not None else slot)
             reswap(response, "innerHTML")
         return response
     status = 409 if error and request.method == "POST" else 200
     return render(request, "operators/confirm.html", context, status=status)
-
-
-def _perform(
-    action: str,
-    request: HtmxHttpRequest,
-    page: selectors.TaskPage,
-    step: Step | None,
-    data: dict[str, Any],
-) -> Task | None:
-    """Do the action; a task it started is returned, for the operator to be taken to."""
-    actor, task_id = _actor(request), page.task.pk
-    reason = str(data.get("reason") or "")
-    if action == "reconcile" and step is not None:
-        steps_reconcile_now(step_ids=[step.pk], actor=actor, reason=reason)
-    elif action == "resolve" and step is not None:
-        step_resolve(
-            step_id=step.pk,
-            actor=actor,
-            done=data["outcome"] == "done",
-            evidence=str(data.get("evidence") or ""),
-            reason=reason,
-        )
-    elif action == "approve":
-        if not task_approve(
-            task_id=task_id, approval_id=data["approval"], digest=data["digest"], actor=actor
-        ):
-            raise TransitionRefused(
-                "the request for approval had expired: the saga decides again and asks anew"
-            )
-    elif action == "reject":
-        task_reject(task_id=task_id, approval_id=data["approval"], actor=actor, reason=reason)
-    elif action == "compensate":
-        task_compensate(task_id=task_id, actor=actor, reason=reason)
-    elif action == "resume":
-        task_resume(task_id=task_id, actor=actor, reason=reason)
-    elif action == "cancel":
-        task_cancel(task_id=task_id, actor=actor, reason=reason)
-    elif action in registry.actions:
-        try:
-            started: Task | None = registry.actions[action].perform(
-                task=page.task, actor=actor, reason=reason
-            )
-        except ActionRefused as exc:
-            raise TransitionRefused(str(exc)) from exc
-        return started
-    return None
 
 
 def _to_task(request: HtmxHttpRequest, task: Task) -> HttpResponse:
@@ -378,15 +268,12 @@ def _after_action(
     request: HtmxHttpRequest, page: selectors.TaskPage, step: Step | None
 ) -> HttpResponse:
     if request.htmx:
+        # The whole task: an action on one step changes the task's banner, its history and
+        # what else is offered as well.
         fresh = _task_page(page.task.pk)
-        context = _task_context(request, fresh)
-        if step is not None:
-            # The row it acted on, and the task's head (its status and counters) out of band.
-            row = next(r for r in fresh.rows if r.step.n == step.n)
-            return render(
-                request, "operators/task_detail.html#row-and-head", {**context, "row": row}
-            )
-        return render(request, "operators/task_detail.html#task-body", context)
+        return render(
+            request, "operators/task_detail.html#task-body", _task_context(request, fresh)
+        )
     return HttpResponseRedirect(
         _safe_next(request) or reverse("operators:task", args=[page.task.pk])
     )

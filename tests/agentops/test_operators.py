@@ -19,7 +19,7 @@ from django.db.models.functions import Now
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from agentops.runner import task_start
+from agentops.runner import task_cancel, task_start
 from commerce.customers.links import payment_link, payment_token
 from journal.leases import lease_acquire, lease_release
 from journal.models import Attention, Entry, EntryKind, Step, Task
@@ -80,7 +80,13 @@ def unknown_step(task: Task | None = None, *, flagged: bool = False) -> Step:
         lease=lease, step=step, outcome=Outcome.unknown("timed out"), next_check_in=3600
     )
     if flagged:
-        task_flag(lease=lease, task_id=task.pk, code=Attention.KEY_DEAD, reason="key died")
+        task_flag(
+            lease=lease,
+            task_id=task.pk,
+            code=Attention.KEY_DEAD,
+            reason="key died",
+            step_id=step.pk,
+        )
     lease_release(lease)
     return Step.objects.get(pk=step.pk)
 
@@ -191,7 +197,8 @@ def test_reconcile_now_makes_the_lookup_due_wakes_the_task_and_rings(redis: Any)
     response = c.post(f"/tasks/{step.task_id}/steps/{step.n}/reconcile", {}, HTTP_HX_REQUEST="true")
     assert response.status_code == 200
     html = response.content.decode()
-    assert f'id="step-{step.n}"' in html and 'hx-swap-oob="true"' in html  # the row, the head
+    # The whole task: its row, and the banner, history and actions the action changed.
+    assert 'id="task-body"' in html and f'id="step-{step.n}"' in html and 'id="task-head"' in html
     fresh = Step.objects.select_related("task").get(pk=step.pk)
     assert fresh.task.status == "runnable"
     assert Step.objects.filter(pk=step.pk, next_check_at__lte=Now()).exists()  # due now
@@ -230,7 +237,7 @@ def test_bulk_reconcile_confirms_without_javascript_and_keeps_the_view(redis: An
     a, b = unknown_step(), unknown_step()
     page = c.post("/tasks/reconcile", {"task": [str(a.task_id)], "state": "unknown"})
     assert page.status_code == 200 and "Confirm: reconcile now" in page.content.decode()
-    assert "the 1 selected task(s)" in page.content.decode()
+    assert "the 1 selected task at" in page.content.decode()
     assert Task.objects.get(pk=a.task_id).status == "waiting"  # nothing yet
     done = c.post(
         "/tasks/reconcile", {"task": [str(a.task_id)], "state": "unknown", "confirmed": "1"}
@@ -274,9 +281,12 @@ def test_polling_answers_204_when_nothing_changed_and_286_when_nothing_is_in_fli
     step_settle(step_id=step.pk, outcome=Outcome.done({"id": "ch_x"}), via="webhook")
     changed = c.get(f"/tasks/{step.task_id}?fp={fp}", HTTP_HX_REQUEST="true")
     assert changed.status_code == 200 and "ch_x" in changed.content.decode()
-    # Over: the last answer stops the polling.
+    # With a person, it keeps polling: a webhook or a colleague may still settle a step.
     task = Task.objects.get(pk=step.task_id)
     task_flag(task_id=task.pk, code=Attention.PARKED, reason="done watching")
+    assert c.get(f"/tasks/{step.task_id}?fp={fp}", HTTP_HX_REQUEST="true").status_code == 200
+    # Over: the last answer stops the polling.
+    task_cancel(task_id=task.pk, actor="ops", reason="nothing more to do")
     assert c.get(f"/tasks/{step.task_id}?fp={fp}", HTTP_HX_REQUEST="true").status_code == 286
 
 

@@ -125,8 +125,9 @@ BOUNDED = settings(
 @BOUNDED
 @given(q=ANY_TEXT)
 def test_the_selectors_take_any_text(q: str) -> None:
-    assert selectors.task_list(q=q).page.paginator.count >= 0
-    assert isinstance(list(selectors.tasks_matching(state="unknown", q=q)), list)
+    assert selectors.task_list(query=selectors.ListQuery(q=q)).page.paginator.count >= 0
+    unknown = selectors.ListQuery(state="unknown", q=q)
+    assert isinstance(list(selectors.tasks_matching(query=unknown)), list)
 
 
 def test_the_list_takes_any_bytes_in_its_url() -> None:

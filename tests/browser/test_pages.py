@@ -61,7 +61,9 @@ def test_an_operator_watches_the_six_second_charge_go_from_unknown_to_done(
     page.wait_for_selector("#step-1 .badge.state-done", timeout=30_000)
     page.wait_for_selector("#task-head .badge.status-finished", timeout=30_000)
     assert page.evaluate("window.loadedOnce") is True
-    assert "unknown" in page.inner_text("#step-1 ol.events")  # the timeline keeps the story
+    page.click("#step-1 details.timeline-table summary")
+    story = page.inner_text("#step-1 table.events")  # the timeline keeps the story
+    assert "unknown" in story and "settled done" in story
     screenshot(page, "task-six-second-charge")
 
 
@@ -73,8 +75,8 @@ def test_an_operator_approves_a_held_saga_and_it_completes(
     wait_for(lambda: status(task) == "awaiting_approval", timeout=20, what="the hold")
     log_in(page, app_server, operator())
     page.goto(f"{app_server}/tasks/{task.pk}")
-    page.click("#held .action-approve")
-    page.click("#task-confirm button[type=submit]")
+    page.click("#held-callout .action-approve")
+    page.click("#held-confirm button[type=submit]")
     page.wait_for_selector("#task-head .badge.status-finished", timeout=30_000)
     held = Approval.objects.get(task=task)
     assert held.state == "used" and held.decided_by.startswith("ops-")
@@ -94,9 +96,9 @@ def test_an_operator_compensates_a_held_saga(
     wait_for(lambda: status(task) == "awaiting_approval", timeout=20, what="the hold")
     log_in(page, app_server, operator())
     page.goto(f"{app_server}/tasks/{task.pk}")
-    page.click("#task-head .action-compensate")
-    page.fill("#task-confirm textarea[name=reason]", "the customer cancelled")
-    page.click("#task-confirm button[type=submit]")
+    page.click("#held-callout .action-compensate")  # beside Approve and Reject
+    page.fill("#held-confirm textarea[name=reason]", "the customer cancelled")
+    page.click("#held-confirm button[type=submit]")
     page.wait_for_selector("#task-head .badge.status-compensated", timeout=30_000)
     assert page.locator("tbody.step .badge.state-compensated").count() == 2  # hold, hotel
     undone = {
@@ -135,7 +137,7 @@ def test_an_operator_retries_a_declined_payment_from_the_task_page(
     )
     retry = Task.objects.filter(refs__invoice=inv).exclude(pk=task.pk).get()
     page.wait_for_url(f"{app_server}/tasks/{retry.pk}")  # taken to the new task
-    audit = page.inner_text(".audit")
+    audit = page.inner_text("#history")
     assert who in audit and "the customer says the card works now" in audit
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import template
+from django.utils import timezone
+from django.utils.safestring import SafeString
 
 from agentops.kinds import references_of
+from agentops.operators import readable
 
 register = template.Library()
 
@@ -25,14 +29,43 @@ def seconds(value: float | None) -> str:
     """``4 h 12 min``, ``37 s``: a duration as a person reads it."""
     if value is None:
         return ""
-    s = int(value)
-    if s >= 86400:
-        return f"{s // 86400} d {s % 86400 // 3600} h"
-    if s >= 3600:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    if s >= 60:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s} s"
+    return readable.duration(value)
+
+
+@register.filter
+def when(value: Any) -> SafeString:
+    """An instant: UTC until ops.js writes it in the viewer's zone, and how far from now."""
+    return readable.when_html(value)
+
+
+@register.filter
+def when_short(value: Any) -> SafeString:
+    """An instant to the minute."""
+    return readable.when_html(value, precise=False)
+
+
+@register.filter
+def after_now(value: timedelta) -> datetime:
+    """The instant ``value`` from now (a lockout's end)."""
+    return timezone.now() + value
+
+
+@register.filter
+def json_block(value: Any, label: str = "") -> SafeString:
+    """Pretty, collapsible, copyable JSON, with its money and instants read out."""
+    return readable.json_html(value, label=label)
+
+
+@register.filter
+def json_open(value: Any, label: str = "") -> SafeString:
+    """:func:`json_block`, open."""
+    return readable.json_html(value, label=label, open_=True)
+
+
+@register.filter
+def money_of(value: Any) -> str:
+    """``4,200.00 USD`` for a mapping with an amount and a currency."""
+    return readable.money_of(value)
 
 
 @register.filter
