@@ -43,6 +43,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agentops.mcp.selectors import intent_answer
+from agentops.models import IntentKey
+from devtools.chaos.agent import EFFECTS_FOR, ERROR, Call, Conversation
 from devtools.chaos.ledgers import (
     EFFECTS,
     PROVIDER_OF,
@@ -50,11 +53,14 @@ from devtools.chaos.ledgers import (
     Ledgers,
     business_duplicates,
     by_cause,
+    effect_guard,
+    object_form,
 )
 from devtools.chaos.model import SLIPS
 from devtools.chaos.naive import record_path
 from devtools.chaos.plan import REFUSAL, Plan
 from devtools.chaos.truth import summaries_untrue
+from journal.keys import object_key
 from journal.models import Attention, Entry, EntryKind, Step, StepKind, Task, TaskStatus
 from journal.outcomes import StepState
 from journal.protocols import CORRECTABLE
@@ -121,8 +127,16 @@ def _epoch(moment: datetime | None) -> float | None:
 
 
 def audit_journal(
-    *, plan: Plan, task_ids: Sequence[str], ledgers: Ledgers, hits: Sequence[Hit]
+    *,
+    plan: Plan,
+    task_ids: Sequence[str],
+    ledgers: Ledgers,
+    hits: Sequence[Hit],
+    planned: bool = True,
 ) -> dict[str, Any]:
+    """The journal of ``task_ids`` against the ledgers. ``planned``: the run started one task
+    per task of the plan (the safe harness), so one it cannot find is lost; the mcp harness's
+    tasks are started by its intents, and what is lost is told from its conversations."""
     tasks = {str(t.pk): t for t in Task.objects.filter(pk__in=task_ids)}
     steps = list(
         Step.objects.filter(task_id__in=task_ids, kind=StepKind.CALL).order_by("task_id", "n")
@@ -261,7 +275,7 @@ def audit_journal(
         "provider_effects": len(ledgers.effects),
         "duplicates": len(duplicates),
         "business_duplicates": None,  # filled in by the caller, from the ledgers
-        "lost": len(lost) + (len(plan.tasks) - len(tasks)),
+        "lost": len(lost) + (len(plan.tasks) - len(tasks) if planned else 0),
         "unknown_open": len(open_steps),
         "needs_human": sum(1 for f in flagged if not f["on_purpose"]),
         "needs_human_on_purpose": sum(1 for f in flagged if f["on_purpose"]),
@@ -271,6 +285,7 @@ def audit_journal(
         "dropped_intents": len(dropped),
         "untrue_summaries": len(untrue),
         "journal_mismatch": len(mismatch) + len(strangers),
+        "untrue_answers": None,  # no agent is answered (the mcp harness's: audit_mcp)
         "model_slips": dict(sorted(slips.items())),
         "outcomes": dict(sorted(outcomes.items())),
         "recovery_s": _summary_of(samples),
@@ -481,6 +496,7 @@ def audit_naive(
         "dropped_intents": len(dropped),
         "untrue_summaries": len(untrue),
         "journal_mismatch": None,
+        "untrue_answers": None,
         "model_slips": dict(sorted(slips.items())),
         "outcomes": dict(Counter(r["outcome"] for r in records.values()) | {"lost": len(lost)}),
         "recovery_s": _summary_of(samples),
@@ -497,6 +513,238 @@ def audit_naive(
             if items
         },
     }
+
+
+# --- The mcp harness: the journal, and every answer its agent was given ------------------------
+
+
+def _effects_on(ledgers: Ledgers) -> dict[str, list[Effect]]:
+    """Each business object's effects at the providers (normal form → effects, by time)."""
+    found: dict[str, list[Effect]] = defaultdict(list)
+    for effect in sorted(ledgers.effects, key=lambda e: e.at):
+        name = object_form(effect_guard(effect))
+        if name is not None:
+            found[name].append(effect)
+    return found
+
+
+def answers_untrue(
+    *,
+    calls: Sequence[Call],
+    ledgers: Ledgers,
+    steps: Mapping[str, Step],
+    final: Mapping[str, str],
+) -> list[str]:
+    """Every answer the agent was given that the providers (and what agentops settled
+    afterwards) contradict, one sentence each (``untrue_answers``):
+
+    - ``done``: the reference is a step whose key made exactly one effect at its provider,
+      on the intent's object, named by the answer's evidence, still standing;
+    - ``not_done``: nothing happened under the reference, and no effect stood on the object
+      when the call was made (a refusal said "nothing was done": the same holds of it), unless
+      the call was itself wrong (``isError``: its arguments, its key), when it names no object;
+    - ``unknown``: allowed only if what it named was settled afterwards — the step it
+      references ended done or not done (by its reply or its lookups), or, without a
+      reference, the intent's effect did (``final``: each intent's object → the state
+      agentops ends with);
+    - every ``done`` for one intent names the same effect;
+    - an intent or ``check_effect`` answered with an error (the server's, not the
+      connection's: a JSON-RPC error, an HTTP error) in place of a state is untrue whatever
+      happened: an agent reads it as "failed", and the wire promises three states;
+    - ``effects_for``, asked in place of the intent: an effect it lists as done is checked as
+      a ``done`` answer.
+    """
+    by_key = ledgers.by_key()
+    on = _effects_on(ledgers)
+    untrue: list[str] = []
+    told_done: dict[str, set[str]] = defaultdict(set)
+
+    def said(call: Call) -> str:
+        return (
+            f"{call.conversation} #{call.index} {call.tool}({json.dumps(call.args)}) at "
+            f"{call.started:.2f}: {call.status}" + (f" [{call.refused}]" if call.refused else "")
+        )
+
+    def check_done(call: Call, reference: str | None, evidence: Mapping[str, Any]) -> None:
+        step = steps.get(reference or "")
+        if step is None or step.tool not in EFFECTS:
+            untrue.append(f"{said(call)}; its reference {reference!r} is no effect's step")
+            return
+        made = by_key.get((EFFECTS[step.tool][1], step.key), [])
+        if len(made) != 1:
+            shows = f"the provider shows {len(made)} effect(s) under {step.key}"
+            untrue.append(f"{said(call)}; {shows}")
+            return
+        effect = made[0]
+        named = {str(v) for v in evidence.values()}
+        if not ledgers.names(effect) & named:
+            untrue.append(
+                f"{said(call)}; its evidence {dict(evidence)} does not name {effect.object_id}"
+            )
+        if object_form(effect_guard(effect)) != object_form(call.object):
+            untrue.append(f"{said(call)}; {effect.object_id} acted on {effect_guard(effect)!r}")
+        if ledgers.undos_of(effect):
+            untrue.append(f"{said(call)}; the provider shows {effect.object_id} undone")
+        told_done[object_form(call.object) or call.object].add(effect.object_id)
+
+    for call in calls:
+        if call.outcome == ERROR and call.tool != EFFECTS_FOR:
+            # An error where a state was due: the model reads "failed", whatever happened.
+            untrue.append(f"{said(call)}; an error, not one of the three states: {call.reason}")
+            continue
+        if call.outcome != "answer":
+            continue
+        if call.tool == EFFECTS_FOR:
+            for item in call.found:
+                if item.get("status") == "done":
+                    check_done(call, item.get("reference"), item.get("evidence") or {})
+            continue
+        if call.status == "done" and not call.refused:
+            check_done(call, call.reference, call.evidence)
+        elif call.status == "not_done":
+            if call.refused and call.is_error:
+                continue  # the call itself was wrong: it names no object, and did nothing
+            step = steps.get(call.reference or "")
+            if step is not None and step.tool in EFFECTS:
+                made = by_key.get((EFFECTS[step.tool][1], step.key), [])
+                if made:
+                    untrue.append(f"{said(call)}; the provider performed {made[0].object_id}")
+            before = [e for e in on.get(object_form(call.object) or "", []) if e.at < call.started]
+            standing = [e for e in before if not ledgers.undos_of(e)]
+            if standing:
+                untrue.append(
+                    f"{said(call)}; {standing[0].object_id} stood on {call.object} since "
+                    f"{standing[0].at:.2f}"
+                )
+        elif call.status == "unknown":
+            if call.reference:
+                step = steps.get(call.reference)
+                if step is None:
+                    untrue.append(f"{said(call)}; no step has the reference it named")
+                elif step.state in (StepState.PENDING, StepState.UNKNOWN):
+                    untrue.append(f"{said(call)}; {step.key} was never settled ({step.state})")
+            elif final.get(object_form(call.object) or "") not in ("done", "not_done"):
+                untrue.append(f"{said(call)}; the intent's effect was never settled")
+        else:
+            untrue.append(f"{said(call)}; not one of the three states")
+    for name, effects in told_done.items():
+        if len(effects) > 1:
+            untrue.append(f"{name}: told done with different effects {sorted(effects)}")
+    return untrue
+
+
+def mcp_recovery(calls: Sequence[Call], kills: Sequence[float]) -> Samples:
+    """For each time the MCP server was killed: each conversation with a call in flight, and
+    how long until it was answered again."""
+    samples = Samples()
+    for at in kills:
+        struck = {
+            c.conversation
+            for c in calls
+            if not c.lone and c.started <= at and (c.ended is None or c.ended > at)
+        }
+        for name in sorted(struck):
+            later = [
+                c.ended
+                for c in calls
+                if c.conversation == name and c.outcome == "answer" and c.ended and c.ended > at
+            ]
+            samples.add("mcp_server_kill", name, at, round(min(later) - at, 3) if later else None)
+    return samples
+
+
+def audit_mcp(
+    *,
+    plan: Plan,
+    task_ids: Sequence[str],
+    ledgers: Ledgers,
+    hits: Sequence[Hit],
+    calls: Sequence[Call],
+    conversations: Sequence[Conversation],
+    kills: Sequence[float],
+) -> dict[str, Any]:
+    """The mcp harness: its intents' tasks are audited as the safe harness's are (the journal
+    against the ledgers: duplicates, compensations, dropped intents, summaries), and so is
+    every answer its agent was given (``untrue_answers``: :func:`answers_untrue`). Lost: a
+    conversation that ended without its answers (the run stopped it still asking), or a task
+    left neither over nor with a person. Dropped: an intent asked for whose effect never
+    happened though the agent was never told it did not."""
+    report = audit_journal(plan=plan, task_ids=task_ids, ledgers=ledgers, hits=hits, planned=False)
+    references = {c.reference for c in calls if c.reference}
+    references |= {str(i.get("reference")) for c in calls for i in c.found if i.get("reference")}
+    steps = {s.key: s for s in Step.objects.filter(key__in=references, kind=StepKind.CALL)}
+    asked = {object_form(a.object) or a.object: a for c in conversations for a in c.asks}
+    rows = list(
+        IntentKey.objects.filter(
+            key__in=[object_key(f"{a.intent}:{a.object}") for a in asked.values()]
+        )
+    )
+    final = {object_form(row.object) or row.object: intent_answer(row=row).state for row in rows}
+    untrue = answers_untrue(calls=calls, ledgers=ledgers, steps=steps, final=final)
+
+    on = _effects_on(ledgers)
+    settled_not_done = {
+        object_form(c.object) or c.object
+        for c in calls
+        if c.outcome == "answer" and c.status == "not_done" and not c.refused
+    }
+    dropped = [
+        f"{name}: asked for, never done at the provider, and never told not done"
+        for name in asked
+        if not on.get(name) and name not in settled_not_done
+    ]
+    lost = [
+        f"{c.name}: {c.failure or f'{len(c.asks) - len(c.settled)} intent(s) without an answer'}"
+        for c in conversations
+        if c.ended is None or c.failure
+    ]
+
+    slips: Counter[str] = Counter()
+    for conversation in conversations:
+        slips.update(conversation.slips)
+    for call in calls:
+        if call.slip is None:
+            continue
+        if call.outcome != "answer":
+            slips[call.outcome] += 1
+        elif call.refused:
+            slips[f"refused:{call.refused}"] += 1
+        elif call.tool == EFFECTS_FOR or call.repeated:
+            slips["answered:repeated"] += 1
+        else:
+            slips["performed"] += 1
+
+    answered = Counter(
+        "listed" if c.tool == EFFECTS_FOR and c.outcome == "answer" else c.seen for c in calls
+    )
+    errors = [
+        f"{c.conversation} #{c.index} {c.tool}: {c.reason}" for c in calls if c.outcome == "error"
+    ]
+    samples = Samples(report.pop("recovery_samples"))
+    samples += mcp_recovery(calls, kills)
+    report.update(
+        tasks=len(conversations),
+        lost=report["lost"] + len(lost),
+        dropped_intents=report["dropped_intents"] + len(dropped),
+        untrue_answers=len(untrue),
+        intents=len(asked),
+        intent_rows=len(rows),
+        mcp_calls=len(calls),
+        mcp_answers=dict(sorted(answered.items())),
+        model_slips=dict(sorted(slips.items())),
+        recovery_s=_summary_of(samples),
+        recovery_samples=samples,
+    )
+    examples = report["examples"]
+    for name, items in (
+        ("lost", lost),
+        ("dropped_intents", dropped),
+        ("untrue_answers", untrue),
+        ("mcp_errors", errors),
+    ):
+        if items:
+            examples[name] = (examples.get(name, []) + items)[:EXAMPLES]
+    return report
 
 
 # --- Both: business duplicates and their causes ------------------------------------------------

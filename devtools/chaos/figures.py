@@ -25,13 +25,13 @@ from typing import Any
 FIGURES_DIR = Path(__file__).resolve().parents[2] / "docs" / "chaos"
 BEGIN = "<!-- chaos figures: begin (python -m devtools.chaos.figures --write README.md) -->"
 END = "<!-- chaos figures: end -->"
-HARNESSES = ("safe", "naive")
+HARNESSES = ("safe", "naive", "mcp")
 
 Run = Mapping[str, Any]
 
 
 def runs_load(directory: Path = FIGURES_DIR) -> list[Run]:
-    """Every run's figures in ``directory``, safe before naive, by seed."""
+    """Every run's figures in ``directory``, safe, naive, then mcp, by seed."""
     runs = [json.loads(path.read_text()) for path in sorted(directory.glob("figures-*.json"))]
     return sorted(runs, key=lambda r: (HARNESSES.index(r["harness"]), r["seed"]))
 
@@ -42,20 +42,42 @@ def _bold(name: str) -> str:
 
 def _unwound(run: Run) -> Any:
     """Trips compensated because a slip was refused as a saga cannot take back (safe only:
-    the naive loop has no such refusal)."""
+    the naive loop has no such refusal, the mcp harness no trips)."""
     return run["model_slips"].get("sagas_unwound", 0) if run["harness"] == "safe" else "—"
 
 
-def _refused(slips: Mapping[str, int]) -> int:
-    return sum(v for k, v in slips.items() if k.startswith("refused:"))
+def _nothing_sent(slips: Mapping[str, int]) -> int:
+    """Slipped calls that sent nothing: refused, or (mcp) answered with the intent's own
+    effect, found by its key."""
+    return sum(v for k, v in slips.items() if k.startswith("refused:") or k == "answered:repeated")
+
+
+def _or_dash(value: Any) -> Any:
+    return "—" if value is None else value
+
+
+def _mcp(value: Callable[[Run], Any]) -> Callable[[Run], Any]:
+    """A figure only the mcp harness has ("—" for the others)."""
+    return lambda r: value(r) if r["harness"] == "mcp" else "—"
+
+
+def _answers(run: Run) -> str:
+    a = run["mcp_answers"]
+    return " / ".join(str(a.get(k, 0)) for k in ("done", "not_done", "unknown", "refused"))
+
+
+def _no_answer(run: Run) -> str:
+    a = run["mcp_answers"]
+    return f"{a.get('dropped', 0)} / {a.get('error', 0)}"
 
 
 Row = tuple[str, Callable[[Run], Any]]
-_SLIPS = ("rephrase", "neighbour", "forget")
+_SLIPS = ("rephrase", "neighbour", "forget", "twice", "key_reuse", "confirm")
 
 ROWS: Sequence[Row] = (
     ("seed", lambda r: r["seed"]),
     ("tasks (asked twice on purpose)", lambda r: f"{r['tasks']} ({r['world']['asked_twice']})"),
+    ("… intents asked for over MCP", _mcp(lambda r: r["intents"])),
     ("intended effects", lambda r: r["intended_effects"]),
     ("provider effects", lambda r: r["provider_effects"]),
     (_bold("duplicates"), lambda r: r["duplicates"]),
@@ -69,16 +91,24 @@ ROWS: Sequence[Row] = (
     (_bold("dropped_intents"), lambda r: r["dropped_intents"]),
     (_bold("untrue_summaries"), lambda r: r["untrue_summaries"]),
     (_bold("compensation_mismatch"), lambda r: r["compensation_mismatch"]),
-    (
-        _bold("journal_mismatch"),
-        lambda r: "—" if r["journal_mismatch"] is None else r["journal_mismatch"],
-    ),
+    (_bold("journal_mismatch"), lambda r: _or_dash(r["journal_mismatch"])),
+    (_bold("untrue_answers"), lambda r: _or_dash(r.get("untrue_answers"))),
+    ("MCP calls", _mcp(lambda r: r["mcp_calls"])),
+    ("… answered done / not done / unknown / refused", _mcp(_answers)),
+    ("… no answer: dropped / server error", _mcp(_no_answer)),
     ("model slips", lambda r: sum(r["model_slips"].get(k, 0) for k in _SLIPS)),
-    ("… refused, nothing sent", lambda r: _refused(r["model_slips"])),
+    (
+        "… nothing sent for it (refused, or answered as before)",
+        lambda r: _nothing_sent(r["model_slips"]),
+    ),
     ("… trips unwound after one", _unwound),
     (
         "approvals (approved / rejected)",
-        lambda r: f"{r['approvals'].get('approved', 0)} / {r['approvals'].get('rejected', 0)}",
+        lambda r: (
+            "—"
+            if r["harness"] == "mcp"
+            else f"{r['approvals'].get('approved', 0)} / {r['approvals'].get('rejected', 0)}"
+        ),
     ),
     ("outcomes: finished", lambda r: r["outcomes"].get("finished", 0)),
     ("outcomes: compensated", lambda r: r["outcomes"].get("compensated", 0)),
@@ -112,6 +142,7 @@ RECOVERY = (
     ("worker_sigstop", "worker_sigstop (past the lease)"),
     ("redis_restart", "redis_restart"),
     ("postgres_restart", "postgres_restart"),
+    ("mcp_server_kill", "mcp_server_kill (mid-call)"),
 )
 
 
@@ -136,13 +167,12 @@ def _pooled(runs: Sequence[Run], prefix: str) -> list[str]:
 
 
 def table_recovery(runs: Sequence[Run]) -> str:
-    lines = [
-        "| fault | safe: hits | p50 | max | never | naive: hits | p50 | max | never |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    present = [h for h in HARNESSES if any(r["harness"] == h for r in runs)]
+    head = " | ".join(f"{h}: hits | p50 | max | never" for h in present)
+    lines = [f"| fault | {head} |", "|---|" + "---:|" * (4 * len(present))]
     for kind, name in RECOVERY:
         cells = []
-        for harness in HARNESSES:
+        for harness in present:
             cells += _pooled([r for r in runs if r["harness"] == harness], kind)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -65,7 +65,8 @@ class Event:
     ``during_call:charge_customer`` makes its replacement die at that point of its first such
     call), ``worker_sigstop`` (for ``duration`` s, longer than a lease), ``redis_restart``
     (empty), ``postgres_restart`` (immediate shutdown: a crash), ``provider_down`` (``target``
-    refuses connections for ``duration`` s).
+    refuses connections for ``duration`` s), ``mcp_server_kill`` (the MCP server's process
+    SIGKILLed, calls in flight and all, and started again: the ``mcp`` harness only).
     """
 
     at: float
@@ -95,9 +96,13 @@ class World:
     sweep_grace: float = 1.0
     max_failed_runs: int = 5
     approval_ttl: float = 120.0
+    mcp_wait: float = 2.0
+    """How long an intent's call waits for its effect (``MCP_WAIT_SECONDS``, 10 s by default:
+    twice the default tool timeout, as here)."""
 
     def env(self, harness: str) -> dict[str, str]:
-        """The harness's settings (agentops/settings.py) for the workers and the web app.
+        """The harness's settings (agentops/settings.py) for the workers, the web app and the
+        MCP server.
 
         The Stripe library retries a request on its own (under one idempotency key) as many
         times as it is told: agentops tells it not to (``STRIPE_MAX_NETWORK_RETRIES``'s
@@ -119,15 +124,19 @@ class World:
             "MAIL_KEY_LIFETIME_SECONDS": f"{self.key_lifetimes['mail']:g}",
             "BOOKINGS_KEY_LIFETIME_SECONDS": f"{self.key_lifetimes['bookings']:g}",
             "STRIPE_SEARCH_LAG_SECONDS": f"{self.search_lag + 0.5:g}",
-            "STRIPE_MAX_NETWORK_RETRIES": "0"
-            if harness == "safe"
-            else str(stripe.max_network_retries),
+            "STRIPE_MAX_NETWORK_RETRIES": str(stripe.max_network_retries)
+            if harness == "naive"
+            else "0",
             "SWEEP_INTERVAL_SECONDS": f"{self.sweep_interval:g}",
             "SWEEP_GRACE_SECONDS": f"{self.sweep_grace:g}",
             "MAX_FAILED_RUNS": str(self.max_failed_runs),
             "APPROVAL_TTL_SECONDS": f"{self.approval_ttl:g}",
             "RUN_JOB_TIMEOUT_SECONDS": "120",
             "PLANNER": "scripted",
+            "MCP_WAIT_SECONDS": f"{self.mcp_wait:g}",
+            # The run's agents make a few thousand calls a minute: an operator gives an agent
+            # fleet's clients a limit to match (the default, 120 a minute, is a person's).
+            "API_RATE_LIMIT": "100000",
         }
 
     def driver_settings(self) -> dict[str, Any]:
@@ -186,6 +195,10 @@ LOOKUP_FAULTS = (("error_500_before", 0.05), ("reset_before_read", 0.02))
 # The fault that hands a task to a person on purpose (``refusals``): the provider refuses us,
 # not the action, and only a person can put that right (journal.outcomes: misconfigured).
 REFUSAL = ("payments", "payment_intents.create", "misdirected")
+# What only the MCP harness meets: the invoice lookups its intents read the system of record
+# with fail as the other lookups do, and the MCP server's process is killed mid-call. Drawn from
+# dice of their own, so the other harnesses' plans are the same with or without them.
+MCP_LOOKUPS = (("payments", "invoices.search"),)
 OPERATIONS = {
     "payments": (
         ("payment_intents.create", EFFECT_FAULTS),
@@ -349,6 +362,16 @@ def plan_make(*, seed: int, tasks: int, run: str, refusals: int = 0) -> Plan:
     events += [
         Event(moment(), "provider_down", target=provider, duration=round(r.uniform(1.5, 4.0), 2))
         for provider in OPERATIONS
+    ]
+    mcp = random.Random(f"{seed}:mcp")  # noqa: S311 - reproducible, as above
+    rules += [
+        ProviderFault(provider, operation, fault, probability, seed=mcp.randrange(2**31))
+        for provider, operation in MCP_LOOKUPS
+        for fault, probability in LOOKUP_FAULTS
+    ]
+    events += [
+        Event(round(mcp.uniform(2.0, faults_until - 2.0), 2), "mcp_server_kill")
+        for _ in range(max(1, tasks // 100))
     ]
     events.sort(key=lambda e: (e.at, e.kind))
     return Plan(

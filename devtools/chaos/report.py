@@ -3,7 +3,9 @@
 A run passes only when every figure of :data:`MUST_BE_ZERO` is zero — nothing happened twice
 (per key or per business object, whatever the cause), nothing was lost, no step is left
 unknown, nobody is asked to step in, every compensation balances, no passing failure was
-dropped, every summary is true, the journal agrees with the ledgers — and the tasks the plan
+dropped, every summary is true, the journal agrees with the ledgers, every answer the mcp
+harness's agent was given is borne out (``untrue_answers``; None for the other harnesses,
+which answer no agent) — and the tasks the plan
 hands to a person on purpose (``--refuse-us N``: the provider refuses *us* for N charges,
 which only a person can put right) are exactly the ones that need a person. A run whose
 faults are all recoverable by design (the default) must therefore end with nobody asked.
@@ -24,6 +26,7 @@ MUST_BE_ZERO = (
     "dropped_intents",
     "untrue_summaries",
     "journal_mismatch",
+    "untrue_answers",
 )
 
 
@@ -78,6 +81,10 @@ def report_lines(figures: Mapping[str, Any]) -> Sequence[str]:
     for flagged in (figures.get("flagged") or [])[:10]:
         why = "on purpose" if flagged.get("on_purpose") else "NOT on purpose"
         lines.append(f"    {flagged['task']} [{flagged['code']}, {why}] {flagged['reason'][:120]}")
+    if figures.get("mcp_answers") is not None:
+        lines.append(
+            f"  mcp calls                  {figures.get('mcp_calls')}: {figures['mcp_answers']}"
+        )
     lines.append(f"  model slips                {figures.get('model_slips')}")
     lines.append(f"  approvals                  {figures.get('approvals')}")
     lines.append(f"  outcomes                   {figures['outcomes']}")

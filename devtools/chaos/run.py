@@ -1,10 +1,12 @@
 """The chaos run: the service ``manage.py chaos`` calls (README, "Proof: the chaos run").
 
-It starts the run's world (devtools.chaos.world), starts the plan's tasks at their moments,
-does the plan's faults at theirs, acts as the operator who approves (or rejects) held trips,
-clears the provider faults when the fault window ends, lets reconciliation run to its
-deadline, stops the workers, and audits the journal (or the naive loop's records) against
-the providers' ledgers (devtools.chaos.audit).
+It starts the run's world (devtools.chaos.world), starts the plan's tasks at their moments
+(for the mcp harness, hands each to its agent, which asks agentops' MCP server for it:
+devtools.chaos.agent), does the plan's faults at theirs, acts as the operator who approves
+(or rejects) held trips, clears the provider faults when the fault window ends, lets
+reconciliation run to its deadline, stops the workers, and audits the journal (or the naive
+loop's records; for the mcp harness, the journal and every answer its agent was given)
+against the providers' ledgers (devtools.chaos.audit).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -30,8 +33,10 @@ from django.db.models.functions import Now
 from django.test import override_settings
 from rq.worker import Worker
 
+from agentops.api.auth import api_client_create
 from agentops.runner import task_approve, task_reject, task_start
-from devtools.chaos.audit import Hit, audit_journal, audit_naive, duplicates_figures
+from devtools.chaos.agent import CLIENTS, Agent, AgentModel, asks_of, invoices_of
+from devtools.chaos.audit import Hit, audit_journal, audit_mcp, audit_naive, duplicates_figures
 from devtools.chaos.ledgers import Ledgers, faults_counted
 from devtools.chaos.naive import (
     NAIVE_JOB,
@@ -47,10 +52,10 @@ from devtools.chaos.report import MUST_BE_ZERO, verdict
 from devtools.chaos.world import World, world_running
 from devtools.process import REPO
 from devtools.stack.control import restartable_servers, stack_control
-from journal.models import Approval, ApprovalState, Entry, Task, TaskStatus
+from journal.models import Approval, ApprovalState, Entry, EntryKind, Task, TaskStatus
 from journal.status import ADVANCING, FINAL
 
-HARNESSES = ("safe", "naive")
+HARNESSES = ("safe", "naive", "mcp")
 OPERATOR = "chaos-operator"
 TICK = 0.2
 STILL_MOVING = 15.0
@@ -78,6 +83,11 @@ def _queue_to_itself() -> None:
             "they would run this run's tasks against other providers. Stop them (make run's "
             "worker, for one), or give the run a Redis of its own (REDIS_URL, or make chaos)"
         )
+
+
+def mcp_clients(run: str) -> list[str]:
+    """The names of the API clients the mcp harness's agent calls as (one token each)."""
+    return [f"chaos-{run}-{letter}" for letter in CLIENTS]
 
 
 def _db(action: Callable[[], T], otherwise: T) -> T:
@@ -140,10 +150,43 @@ class Driver:
     deaths: list[dict[str, Any]] = field(default_factory=list)
     calm: bool = False
     host: str = field(default_factory=socket.gethostname)
+    agent: Agent | None = None
+    """The mcp harness's agent: it asks for each task's intents over MCP."""
+    mcp_tasks: dict[str, None] = field(default_factory=dict)
+    """The tasks the mcp harness's intents started (found in the journal), in order."""
+    mcp_seen: int = 0
+    mcp_kills: list[float] = field(default_factory=list)
 
     @property
     def ids(self) -> list[str]:
-        return list(self.task_ids.values())
+        if self.harness == "mcp":
+            return list(self.mcp_tasks)
+        return [t for t in self.task_ids.values() if t]
+
+    @property
+    def total(self) -> int:
+        """What the run waits for: a task of the plan each; for the mcp harness, each
+        conversation (a trip has no intent, and is not offered over MCP)."""
+        if self.harness == "mcp":
+            return sum(1 for s in self.plan.tasks if asks_of(s))
+        return len(self.plan.tasks)
+
+    def mcp_tasks_find(self) -> None:
+        """The tasks the MCP server started for the run's clients since last time."""
+        actors = [f"mcp:{name}" for name in mcp_clients(self.plan.run)]
+        rows: list[tuple[int, uuid.UUID]] = _db(
+            lambda: list(
+                Entry.objects.filter(
+                    pk__gt=self.mcp_seen, kind=EntryKind.TASK_CREATED, actor__in=actors
+                )
+                .order_by("pk")
+                .values_list("pk", "task_id")
+            ),
+            [],
+        )
+        for pk, task_id in rows:
+            self.mcp_tasks[str(task_id)] = None
+            self.mcp_seen = max(self.mcp_seen, pk)
 
     def name(self, spec: TaskSpec) -> str:
         return f"{self.plan.run}-{spec.n}"
@@ -160,6 +203,10 @@ class Driver:
             self.task_ids[spec.n] = started
 
     def _submit(self, spec: TaskSpec) -> str | None:
+        if self.harness == "mcp":
+            assert self.agent is not None  # noqa: S101 - started with the mcp harness
+            # Its agent asks for the task's intents; a trip has none ("": not offered).
+            return self.name(spec) if self.agent.converse(spec) else ""
         if self.harness == "naive":
             body = {"task": self.name(spec), "kind": spec.kind, "refs": spec.refs}
             try:
@@ -183,9 +230,12 @@ class Driver:
 
     def decide_approvals(self) -> None:
         """The operator: approve or reject each held trip, as the plan says (both harnesses
-        hold the same calls: agentops.kinds.KindRules.hold)."""
-        if self.harness != "safe":
+        hold the same calls: agentops.kinds.KindRules.hold; the mcp harness's renewals and
+        reminders hold none)."""
+        if self.harness == "naive":
             self._decide_naive_approvals()
+            return
+        if self.harness == "mcp":
             return
         pending: list[tuple[int, uuid.UUID, str]] = _db(
             lambda: list(
@@ -287,6 +337,11 @@ class Driver:
             self.hits += [Hit(event.kind, at, task, due) for task, due in struck]
         elif event.kind == "provider_down":
             self.world.admin(event.target, lambda c: c.fault("*", "down", delay=event.duration))
+        elif event.kind == "mcp_server_kill":
+            if self.harness != "mcp":
+                return  # no MCP server in this harness's world: not a fault it meets
+            self.world.mcp_kill()
+            self.mcp_kills.append(at)
         if event.kind != "provider_down":  # the provider logs its own
             self.process_faults[event.kind] += 1
 
@@ -347,6 +402,8 @@ class Driver:
     # --- watching -----------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
+        if self.harness == "mcp":
+            return self._mcp_counts()
         if self.harness == "naive":
             over = sum(record_path(self.world.naive_dir, n).exists() for n in self.ids)
             return {"over": over, "running": len(self.ids) - over}
@@ -373,6 +430,31 @@ class Driver:
             "waiting": by.get(TaskStatus.WAITING, 0),
             "held": by.get(TaskStatus.AWAITING_APPROVAL, 0),
             "running": by.get(TaskStatus.RUNNABLE, 0),
+        }
+
+    def _mcp_counts(self) -> dict[str, int]:
+        """Conversations over and still talking, and the intents' tasks still open."""
+        assert self.agent is not None  # noqa: S101 - the mcp harness has one
+        self.mcp_tasks_find()
+        rows = _db(
+            lambda: list(
+                Task.objects.filter(pk__in=self.ids)
+                .values_list("status")
+                .annotate(n=Count("pk"))
+                .order_by()
+            ),
+            None,
+        )
+        if rows is None:
+            return {}
+        by = dict(rows)
+        ended = self.agent.ended()
+        return {
+            "over": ended,
+            "talking": len(self.agent.conversations) - ended,
+            "calls": len(self.agent.in_flight()),
+            "open": sum(n for s, n in by.items() if s not in (*FINAL, TaskStatus.NEEDS_HUMAN)),
+            "human": by.get(TaskStatus.NEEDS_HUMAN, 0),
         }
 
 
@@ -405,11 +487,19 @@ def chaos_run(
         world_running(plan=plan, harness=harness, workers=workers, workdir=workdir) as world,
     ):
         driver = Driver(plan=plan, harness=harness, world=world, servers=servers)
-        driver.arm_providers()
-        _drive(driver, bar, time_limit=time_limit, began=began)
+        if harness == "mcp":
+            driver.agent = _agent_start(plan, world)
+        try:
+            driver.arm_providers()
+            _drive(driver, bar, time_limit=time_limit, began=began)
+        finally:
+            if driver.agent is not None:
+                driver.agent.stop()
         if not driver.calm:  # every task was over before the fault window closed
             driver.calm_providers()
         world.stop_workers()
+        if harness == "mcp":
+            driver.mcp_tasks_find()
         connections.close_all()
         ledgers = Ledgers(
             entries={name: world.admin(name, lambda c: c.ledger()) for name in world.providers},
@@ -422,6 +512,17 @@ def chaos_run(
         if harness == "safe":
             report = audit_journal(
                 plan=plan, task_ids=driver.ids, ledgers=ledgers, hits=driver.hits
+            )
+        elif harness == "mcp":
+            assert driver.agent is not None  # noqa: S101
+            report = audit_mcp(
+                plan=plan,
+                task_ids=driver.ids,
+                ledgers=ledgers,
+                hits=driver.hits,
+                calls=driver.agent.calls,
+                conversations=driver.agent.conversations,
+                kills=driver.mcp_kills,
             )
         else:
             report = audit_naive(
@@ -437,11 +538,15 @@ def chaos_run(
             "deaths": driver.deaths,
             "slow": _timelines(samples, slower_than=2 * plan.world.lease),
         }
+        if driver.agent is not None:
+            details["calls"] = [c.as_dict() for c in driver.agent.calls]
         with os.fdopen(
             os.open(workdir / "details.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w"
         ) as kept:
             json.dump(details, kept, indent=1, default=str)
         owners = {task: n for n, task in driver.task_ids.items()}
+        if harness == "mcp":
+            owners = _mcp_owners(plan, driver.ids)
         doubled = duplicates_figures(
             plan=plan, ledgers=ledgers, owner=lambda key: owners.get(_task_of_key(key))
         )
@@ -463,12 +568,15 @@ def chaos_run(
                 "webhooks": {k: v for k, v in world_said.webhook.items() if k != "webhook_seed"},
                 "full_hotels": len(plan.full_hotels),
                 "held_trips": sum(1 for t in plan.tasks if t.held),
-                "asked_twice": sum(1 for t in plan.tasks if t.repeats),
+                "asked_twice": sum(
+                    1 for t in plan.tasks if t.repeats and (harness != "mcp" or asks_of(t))
+                ),
+                "not_offered": sum(1 for t in plan.tasks if harness == "mcp" and not asks_of(t)),
                 "refused_on_purpose": plan.refusals,
                 "stripe_max_network_retries": int(
                     world_said.env(harness)["STRIPE_MAX_NETWORK_RETRIES"]
                 ),
-                "model": {"slip_rate": plan.model.rate, "most_per_task": plan.model.most},
+                "model": _model_said(plan, harness),
             },
             approvals=dict(driver.approvals),
             workers=workers,
@@ -478,6 +586,7 @@ def chaos_run(
     figures = {
         "seed": seed,
         "harness": harness,
+        "code": code_ran(),
         **report,
         "wall_s": round(time.monotonic() - began, 1),
         "workdir": str(workdir),
@@ -487,6 +596,70 @@ def chaos_run(
     return figures
 
 
+def _agent_start(plan: Plan, world: World) -> Agent:
+    """The mcp harness: its API clients (tokens with the ``mcp`` scope), the invoices its
+    intents name in the payments provider's record, and its agent, talking to the world's MCP
+    server."""
+    tokens = {}
+    for letter, name in zip(CLIENTS, mcp_clients(plan.run), strict=True):
+        _, tokens[letter] = api_client_create(name=name, scopes=["mcp"])
+    world.invoices_seed(invoices_of(plan.tasks))
+    agent = Agent(url=world.mcp_url, tokens=tokens, model=AgentModel(seed=plan.seed), run=plan.run)
+    agent.start()
+    return agent
+
+
+def _model_said(plan: Plan, harness: str) -> dict[str, Any]:
+    if harness == "mcp":
+        model = AgentModel(seed=plan.seed)
+        return {"slip_rate": model.rate, "most_per_task": model.most, "agent": "mcp"}
+    return {"slip_rate": plan.model.rate, "most_per_task": plan.model.most}
+
+
+def _mcp_owners(plan: Plan, task_ids: list[str]) -> dict[str, int]:
+    """Which task of the plan each intent's task carries (the first to ask for its object):
+    the owner of the effects under its keys, for the causes of business duplicates."""
+    first: dict[str, int] = {}
+    for spec in plan.tasks:
+        for ask in asks_of(spec):
+            first.setdefault(ask.object.casefold(), spec.n)
+    owners = {}
+    rows: list[tuple[uuid.UUID, str, Any]] = _db(
+        lambda: list(Task.objects.filter(pk__in=task_ids).values_list("pk", "kind", "refs")), []
+    )
+    for pk, kind, refs in rows:
+        if kind == "renewal":
+            name = f"charge:{refs.get('invoice')}"
+        else:
+            row = (refs.get("invoices") or [{}])[0]
+            name = f"email:reminder:{row.get('reminder')}:{row.get('invoice')}"
+        if name.casefold() in first:
+            owners[str(pk)] = first[name.casefold()]
+    return owners
+
+
+def code_ran() -> dict[str, Any]:
+    """The code a run ran: the checkout's commit, and whether its files were as committed,
+    with nothing untracked beside them (``clean``); None for either when git cannot tell.
+    The README's figures must come from a run of the code they describe."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(  # noqa: S603 - git, with our own arguments
+                ["git", "-C", str(REPO), *args],  # noqa: S607 - git from the PATH
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    status = git("status", "--porcelain")
+    return {"commit": git("rev-parse", "HEAD"), "clean": None if status is None else not status}
+
+
 def _drive(driver: Driver, bar: Bar, *, time_limit: float, began: float) -> None:
     """Start the tasks and fire the faults at their moments, tend the workers, act as the
     operator, calm the providers after the fault window, and return once every task is
@@ -494,7 +667,7 @@ def _drive(driver: Driver, bar: Bar, *, time_limit: float, began: float) -> None
     plan, harness = driver.plan, driver.harness
     t0 = time.time()
     settle_by = plan.faults_until + (
-        plan.world.settle_budget if harness == "safe" else NAIVE_SETTLE
+        NAIVE_SETTLE if harness == "naive" else plan.world.settle_budget
     )
     last_counts: dict[str, int] = {}
     last_change = time.monotonic()
@@ -511,11 +684,13 @@ def _drive(driver: Driver, bar: Bar, *, time_limit: float, began: float) -> None
         if counts and counts != last_counts:
             last_counts, last_change = counts, time.monotonic()
         all_in = len(driver.task_ids) == len(plan.tasks) and driver.fired == len(plan.events)
-        over = counts.get("over", 0) + counts.get("human", 0)
+        over = counts.get("over", 0)
+        if harness != "mcp":  # a conversation is over once told; its tasks must end too
+            over += counts.get("human", 0)
         faults = sum(driver.process_faults.values())
         note = " · ".join(f"{v} {k}" for k, v in counts.items() if k != "over" and v)
-        bar.show(over, len(plan.tasks), f"over · {note} · {faults} process faults · {elapsed:.0f}s")
-        if all_in and over == len(plan.tasks):
+        bar.show(over, driver.total, f"over · {note} · {faults} process faults · {elapsed:.0f}s")
+        if all_in and over == driver.total and not counts.get("open"):
             break
         quiet = time.monotonic() - last_change > STILL_MOVING
         if all_in and elapsed > settle_by and quiet:
@@ -523,7 +698,7 @@ def _drive(driver: Driver, bar: Bar, *, time_limit: float, began: float) -> None
         if time.monotonic() - began > time_limit:
             break
         time.sleep(TICK)
-    bar.show(over, len(plan.tasks), "over; auditing", force=True)
+    bar.show(over, driver.total, "over; auditing", force=True)
     bar.close()
 
 

@@ -3,10 +3,12 @@
 The run starts its own world: the three sandbox providers (fresh ledgers, its faults), the
 web app that receives the payment provider's webhooks (gunicorn, as ``make run`` serves
 it), RQ workers (whose tasks the run's model decides: devtools.chaos.model) and, for the
-safe harness, the sweeper — real processes, each in its own
-process group, against the run's PostgreSQL and Redis. It supervises the workers as
-``make run`` does (one that dies is started again) and breaks things on cue: a worker
-killed or stopped, a provider down. PostgreSQL and Redis belong to whoever started them:
+safe and mcp harnesses, the sweeper; for the mcp harness, the MCP server too (``manage.py
+mcp_server --transport http`` on loopback, as production serves it, behind API clients'
+tokens with the ``mcp`` scope) — real processes, each in its own process group, against the
+run's PostgreSQL and Redis. It supervises the workers and the MCP server as ``make run``
+does (one that dies is started again) and breaks things on cue: a worker killed or stopped,
+the MCP server killed, a provider down. PostgreSQL and Redis belong to whoever started them:
 the launcher restarts them when asked through its control socket (devtools.stack.control);
 without one, those faults are skipped and said so. Processes are started, watched and
 stopped by devtools.process, as the launcher's are.
@@ -24,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.conf import settings
 
@@ -105,6 +107,10 @@ class World:
     providers: dict[str, SandboxClient] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     started_workers: int = 0
+    mcp: Supervised | None = None
+    """The MCP server (the mcp harness only)."""
+    mcp_port: int = 0
+    mcp_starts: int = 0
 
     @property
     def logs(self) -> Path:
@@ -155,7 +161,12 @@ class World:
                 proc=proc,
             )
         )
-        if self.harness == "safe":
+        if self.harness == "mcp":
+            self.mcp_port = free_port()
+            self.mcp = Supervised("mcp-server", self._start_mcp, pauses=(0.0, 0.0))
+            proc = self.mcp.start()
+            self._ready(lambda: self.mcp_wait_ready(proc))
+        if self.harness in ("safe", "mcp"):
             sweep = [sys.executable, "manage.py", "sweep"]
             sweep += ["--interval", f"{world.sweep_interval:g}"]
             self.procs["sweeper"] = self._spawn("sweeper", sweep, self.env)
@@ -213,20 +224,57 @@ class World:
         return env
 
     def _start_worker(self, slot: Slot) -> Popen:
-        # Both harnesses' tasks are decided by the run's model: the naive loop asks it
-        # itself; the safe harness's runner through its planner wrapper.
-        env = {**self.env, **self.plan.model.env()}
+        # The safe and naive harnesses' tasks are decided by the run's model: the naive loop
+        # asks it itself; the safe harness's runner through its planner wrapper. The mcp
+        # harness's model is its agent, outside (devtools.chaos.agent): the tasks its intents
+        # start follow their kinds' playbooks, as they do in production.
+        env = dict(self.env)
         argv = [sys.executable, "manage.py", *WORKER_ARGS]
         if self.harness == "naive":
             argv += ["--worker-class", NAIVE_WORKER_CLASS]
+            env.update(self.plan.model.env())
             env[NAIVE_DIR_VARIABLE] = str(self.naive_dir)
-        else:
+        elif self.harness == "safe":
+            env.update(self.plan.model.env())
             env["AGENTOPS_PLANNER_WRAPPERS"] = MODEL_WRAPPER
         slot.armed, slot.arm_next, slot.killed = slot.arm_next, "", False
         if slot.armed:
             env.update(armed(slot.armed))
         self.started_workers += 1
         return self._spawn(f"worker-{slot.index}", argv, env)
+
+    def invoices_seed(self, invoices: list[dict[str, Any]]) -> None:
+        """Put the invoices the run's intents name into the payments provider's record (its
+        Invoices API: what ``look_up_invoice`` reads amounts and addresses from)."""
+        for fields in invoices:
+            self.admin("payments", lambda c, f=fields: c.invoice(**f))  # type: ignore[misc]
+
+    def _start_mcp(self) -> Popen:
+        """The MCP server as production runs it: streamable HTTP on loopback, every request
+        with an API client's token (the run's agents have theirs), the app's settings."""
+        argv = [sys.executable, "manage.py", "mcp_server", "--transport", "http"]
+        argv += ["--host", HOST, "--port", str(self.mcp_port)]
+        self.mcp_starts += 1
+        return self._spawn("mcp-server", argv, self.env)
+
+    def mcp_wait_ready(self, proc: Popen | None = None) -> None:
+        wait_until(
+            lambda: accepts_tcp(self.mcp_port, timeout=0.5),
+            what="the MCP server",
+            timeout=STARTUP_SECONDS,
+            proc=proc,
+        )
+
+    @property
+    def mcp_url(self) -> str:
+        return f"http://{HOST}:{self.mcp_port}/mcp"
+
+    def mcp_kill(self) -> int:
+        """SIGKILL the MCP server's group now, calls in flight and all; :meth:`supervise`
+        starts it again at once. Returns the pid killed."""
+        assert self.mcp is not None and self.mcp.proc is not None  # noqa: S101 - mcp harness
+        signal_group(self.mcp.proc, signal.SIGKILL)
+        return self.mcp.proc.pid
 
     def admin(self, provider: str, action: Callable[[SandboxClient], T]) -> T:
         """Ask a provider's admin API, waiting out a "down" the run itself caused (its
@@ -257,6 +305,8 @@ class World:
             dead = slot.supervised.check()
             if dead is not None:
                 deaths.append(Death(slot.index, dead.pid, dead.returncode, now, armed_with, killed))
+        if self.mcp is not None:
+            self.mcp.check()
         return deaths
 
     def _signal(self, slot: Slot, signum: int) -> None:
@@ -289,8 +339,11 @@ class World:
     # --- ending ---------------------------------------------------------------------------
 
     def stop_workers(self) -> None:
-        """Stop everything that acts on the journal (workers, sweeper), so the audit reads a
-        world that no longer moves; the providers and the web app stay up."""
+        """Stop everything that acts on the journal (the MCP server, workers, sweeper), so the
+        audit reads a world that no longer moves; the providers and the web app stay up."""
+        if self.mcp is not None and self.mcp.proc is not None:
+            end(self.mcp.proc)
+            self.mcp = None
         for slot in self.slots:
             self._signal(slot, signal.SIGCONT)
             slot.stopped_until = None

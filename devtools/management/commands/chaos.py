@@ -1,4 +1,5 @@
-"""The chaos run: ``manage.py chaos [--tasks 300] [--seed 1] [--harness safe|naive] [--json]``."""
+"""The chaos run: ``manage.py chaos [--tasks 300] [--seed 1] [--harness safe|naive|mcp]
+[--json]``."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ class Command(BaseCommand):
         "Run N tasks on real workers under a seeded fault schedule, then check the journal "
         "against the providers' ledgers. Exits 0 only when nothing happened twice, nothing "
         "was lost or left unknown, nobody was asked to step in but whom the plan meant to "
-        "be, every compensation balances and every summary is true; otherwise exits 1 and "
-        "says why."
+        "be, every compensation balances, every summary (and, over MCP, every answer) is "
+        "true; otherwise exits 1 and says why."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
