@@ -310,6 +310,8 @@ class Conversation:
     """How each intent was last settled for the agent (done, not_done)."""
     failure: str = ""
     """An error of the agent's own (a bug in this harness: the audit counts it lost)."""
+    forgot: bool = False
+    """Its context was just cleared: the next call it makes is the slip's."""
 
 
 @dataclass
@@ -457,6 +459,7 @@ class Agent:
             while index < len(conversation.asks):
                 if await self._settle(conversation, index) == FORGET:
                     index = 0  # a cleared context: the batch starts over
+                    conversation.forgot = True
                     continue
                 index += 1
         except Exception as exc:  # the harness's own bug: kept, and counted lost
@@ -616,6 +619,9 @@ class Agent:
             key=todo.key if todo.tool not in (CHECK_EFFECT, EFFECTS_FOR) else None,
             lone=lone,
         )
+        if conversation.forgot and not lone:
+            # The first call made with a cleared context is the slip's.
+            call.slip, conversation.forgot = call.slip or FORGET, False
         self.calls.append(call)
         if todo.twice and not lone:
             other = next(c for c in CLIENTS if c != conversation.client)

@@ -699,12 +699,15 @@ def audit_mcp(
         if c.ended is None or c.failure
     ]
 
+    # Counted by the calls they made, as the other harnesses' are (one slip, one call there):
+    # ``twice`` makes the other client's call too (and two agents given one job make that one
+    # alone), a cleared context's slip is the first call made after it. So the kinds add up
+    # to what became of them.
     slips: Counter[str] = Counter()
-    for conversation in conversations:
-        slips.update(conversation.slips)
     for call in calls:
         if call.slip is None:
             continue
+        slips[call.slip] += 1
         if call.outcome != "answer":
             slips[call.outcome] += 1
         elif call.refused:
