@@ -154,7 +154,6 @@ class Driver:
     """The mcp harness's agent: it asks for each task's intents over MCP."""
     mcp_tasks: dict[str, None] = field(default_factory=dict)
     """The tasks the mcp harness's intents started (found in the journal), in order."""
-    mcp_seen: int = 0
     mcp_kills: list[float] = field(default_factory=list)
 
     @property
@@ -172,21 +171,21 @@ class Driver:
         return len(self.plan.tasks)
 
     def mcp_tasks_find(self) -> None:
-        """The tasks the MCP server started for the run's clients since last time."""
+        """The tasks the MCP server has started for the run's clients, in order. Read whole
+        each time: an entry's id is taken when it is written, not when it commits, so an
+        intent's task written before another and committed after it has the lower id, and a
+        "since the last id seen" query would never find it (seed 3 lost one that way)."""
         actors = [f"mcp:{name}" for name in mcp_clients(self.plan.run)]
-        rows: list[tuple[int, uuid.UUID]] = _db(
+        rows: list[uuid.UUID] = _db(
             lambda: list(
-                Entry.objects.filter(
-                    pk__gt=self.mcp_seen, kind=EntryKind.TASK_CREATED, actor__in=actors
-                )
+                Entry.objects.filter(kind=EntryKind.TASK_CREATED, actor__in=actors)
                 .order_by("pk")
-                .values_list("pk", "task_id")
+                .values_list("task_id", flat=True)
             ),
             [],
         )
-        for pk, task_id in rows:
-            self.mcp_tasks[str(task_id)] = None
-            self.mcp_seen = max(self.mcp_seen, pk)
+        for task_id in rows:
+            self.mcp_tasks.setdefault(str(task_id), None)
 
     def name(self, spec: TaskSpec) -> str:
         return f"{self.plan.run}-{spec.n}"
