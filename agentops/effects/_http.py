@@ -2,18 +2,35 @@
 
 A request that provably never left is ``NotSent``; anything after a byte may have left is
 ``Interrupted``; an answer is a ``Reply`` with its status, body and error code.
+
+:func:`http_call` talks to providers through urllib3 directly: one pool per provider's
+address and process, connections kept alive, nothing retried and no redirect followed (a
+provider's 3xx is its answer). requests (:func:`http_session`, which the ``stripe`` library
+is given) costs twice as much per call; its conveniences are kept here — the environment's
+proxy and CA-bundle variables, read once per address — and its errors are still told apart.
 """
 
 from __future__ import annotations
 
+import json as jsonlib
 import os
 import ssl
+import urllib.request
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
+import certifi
 import requests
-from urllib3.exceptions import NewConnectionError
+import urllib3
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    LocationValueError,
+    NewConnectionError,
+    ReadTimeoutError,
+    URLSchemeUnknown,
+)
 
 from journal.outcomes import Interrupted, NotSent, Observation, Reply
 
@@ -43,20 +60,30 @@ def observe_exception(exc: BaseException) -> NotSent | Interrupted:
     """
     message = str(exc)[:500]
     for link in _causes(exc):
-        if isinstance(link, requests.exceptions.MissingSchema | requests.exceptions.InvalidURL):
+        if isinstance(
+            link,
+            requests.exceptions.MissingSchema
+            | requests.exceptions.InvalidURL
+            | LocationValueError
+            | URLSchemeUnknown,
+        ):
             # No address at all (an unset setting): nothing could have been sent.
             return NotSent("InvalidURL", message)
     for link in _causes(exc):
         if isinstance(
             link,
             requests.ConnectTimeout
+            | ConnectTimeoutError
             | NewConnectionError
             | ConnectionRefusedError
             | ssl.SSLCertVerificationError,
         ):
             return NotSent(type(link).__name__, message)
     for link in _causes(exc):
-        if isinstance(link, requests.ReadTimeout | ConnectionResetError | TimeoutError):
+        if isinstance(link, requests.ReadTimeout | ReadTimeoutError):
+            # One name for a read timeout, whichever library saw it (the MCP answer reads it).
+            return Interrupted("ReadTimeout", message)
+        if isinstance(link, ConnectionResetError | TimeoutError):
             return Interrupted(type(link).__name__, message)
     return Interrupted(type(exc).__name__, message)
 
@@ -113,33 +140,66 @@ def http_call(
     """One HTTP request to a JSON provider, reported as what it saw. ``key`` goes in
     ``key_header``; a JSON body that is not an object is kept under ``data``. ``content`` is
     sent as the body byte for byte (a signed body), with ``headers`` of its own."""
-    headers = {"Accept": "application/json", **(headers or {})}
+    headers = {"Accept": "application/json", "User-Agent": "agentops", **(headers or {})}
     if key is not None:
         headers[key_header] = key
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
+    data: bytes | None = content
+    if json is not None and content is None:
+        data = jsonlib.dumps(json).encode()
+        headers.setdefault("Content-Type", "application/json")
+    if params:
+        url += ("&" if "?" in url else "?") + urlencode(params, doseq=True)
     try:
-        response = http_session().request(
+        response = _pool(url).request(
             method,
             url,
-            json=json,
-            data=content,
-            params=params,
+            body=data,
             headers=headers,
-            timeout=timeout,
+            timeout=urllib3.Timeout(connect=timeout, read=timeout),
+            retries=False,
+            redirect=False,
         )
-    except requests.RequestException as exc:
+    except (HTTPError, OSError, ValueError) as exc:
         return observe_exception(exc)
     try:
-        body = response.json()
+        body = jsonlib.loads(response.data) if response.data else {}
     except ValueError:
         body = {}
     body = body if isinstance(body, dict) else {"data": body}
     raw_error = body.get("error")
     error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
     return Reply(
-        response.status_code,
-        evidence=body if response.ok else {},
+        response.status,
+        evidence=body if response.status < 400 else {},
         code=str(error.get("code") or error.get("type") or ""),
         message=str(error.get("message") or ""),
     )
+
+
+_pools: dict[tuple[int, str, str], urllib3.PoolManager] = {}
+
+
+def _pool(url: str) -> urllib3.PoolManager:
+    """This process's connection pools for the provider at ``url``: through the proxy the
+    environment names for it (HTTPS_PROXY, HTTP_PROXY, unless NO_PROXY lists the host), with
+    the CA bundle the environment names (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE) or certifi's,
+    as requests would; read once per address."""
+    parts = urlsplit(url)
+    origin = (os.getpid(), parts.scheme, parts.netloc)
+    pool = _pools.get(origin)
+    if pool is None:
+        ca = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        options: dict[str, Any] = {
+            "maxsize": 10,
+            "ca_certs": ca or certifi.where(),
+        }
+        host = parts.hostname or ""
+        proxy = urllib.request.getproxies().get(parts.scheme)
+        if proxy and host and not urllib.request.proxy_bypass(host):
+            pool = urllib3.ProxyManager(proxy, **options)
+        else:
+            pool = urllib3.PoolManager(**options)
+        _pools[origin] = pool
+    return pool
