@@ -11,14 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from journal.sqlfiles import sql_newest
+
 ROOT = Path(__file__).resolve().parents[1]
 HISTORY = re.compile(r"journal/migrations/000\d_|agentops/migrations/000[1-3]_")
 
 
 def _sources() -> dict[str, str]:
+    """The product's sources. Of the SQL files, the newest version of each: an older one is
+    history, like the migrations that loaded it."""
     files = [
         *ROOT.glob("journal/**/*.py"),
-        *ROOT.glob("journal/sql/*.sql"),
+        *(file.path for file in sql_newest().values()),
         *ROOT.glob("agentops/**/*.py"),
         *ROOT.glob("sandbox/**/*.py"),
     ]
@@ -72,3 +76,54 @@ def test_python_writes_no_entry_and_changes_no_status_or_settlement_itself() -> 
     )
     offenders = sorted(name for name, text in python.items() if orm_writes.search(text))
     assert offenders == [], offenders
+
+
+def _calls(text: str, function: str) -> list[str]:
+    """The argument lists of every call of `function` in `text` (not its definition, nor
+    the DROP of an old signature)."""
+    found = []
+    for match in re.finditer(rf"(?<!FUNCTION )(?<!EXISTS )\b{function}\(", text):
+        depth, start = 1, match.end()
+        for end in range(start, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            if depth == 0:
+                found.append(text[start:end])
+                break
+    return found
+
+
+def _arguments(call: str) -> list[str]:
+    """A call's arguments, split at the commas outside parentheses and brackets."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(call):
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(call[start:i])
+            start = i + 1
+    parts.append(call[start:])
+    return [part.strip() for part in parts if part.strip()]
+
+
+def test_sql_functions_are_called_with_named_arguments_only() -> None:
+    """Every call of a journal function, from SQL or from Python, names each argument
+    (p_x => ...): a function whose arguments are reordered or added to cannot then be handed
+    a value in the wrong place."""
+    functions = sorted(sql_newest())
+    positional = []
+    for name, text in _sources().items():
+        if name.endswith(".py"):  # adjacent string literals are one string
+            text = re.sub(r"\x22\s*\n\s*f?\x22", "", text)
+        for function in functions:
+            for call in _calls(text, function):
+                for argument in _arguments(call):
+                    if not re.match(r"p_\w+\s*=>", argument):
+                        positional.append(f"{name}: {function}(… {argument} …)")
+    assert positional == [], positional
+
+
+def test_the_named_arguments_check_sees_a_positional_call() -> None:
+    text = "PERFORM journal_entry_add(p_task => t, s, p_kind => k, f(a, b), p_data => d);"
+    arguments = [_arguments(call) for call in _calls(text, "journal_entry_add")]
+    assert arguments == [["p_task => t", "s", "p_kind => k", "f(a, b)", "p_data => d"]]
+    definition = "CREATE OR REPLACE FUNCTION journal_entry_add(p_task uuid)"
+    assert _calls(definition, "journal_entry_add") == []
