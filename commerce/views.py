@@ -8,6 +8,7 @@ from django.utils.log import log_response
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from agentops.effects import provider_event_observed
 from commerce.webhooks import (
     MAX_BODY_BYTES,
     WebhookRejected,
@@ -44,6 +45,7 @@ def stripe_webhook(request: HttpRequest) -> HttpResponse:
             payload=_body(request), signature=request.headers.get("Stripe-Signature", "")
         )
     except WebhookRejected as exc:
+        provider_event_observed(provider="stripe", outcome="refused")
         response = JsonResponse({"error": str(exc)}, status=exc.status)
         # One line saying why, in place of Django's own "Bad Request" line; never a traceback.
         log_response(
@@ -58,6 +60,7 @@ def stripe_webhook(request: HttpRequest) -> HttpResponse:
         return response
     except Exception:
         # Nothing of the event was kept (one transaction), so Stripe's retry applies it.
+        provider_event_observed(provider="stripe", outcome="failed")
         log.exception("applying a Stripe event failed; it will be applied on redelivery")
         return JsonResponse(
             {"error": "the event could not be applied now; it was not kept, retry it"},

@@ -20,6 +20,10 @@ A signature proves who sent an event, not that it is about what it names. So an 
    the task, which then needs a human, and the step is left as it was. Settling goes
    through ``journal.settle.step_settle``: duplicates and late or out-of-order events change
    nothing, and ``done`` never moves back.
+
+Each delivery is counted once by what became of it (``agentops_webhook_events_total``:
+applied, unchanged, conflict, ignored, duplicate, refused, failed): the view counts what it
+refuses and what fails; :func:`stripe_event_receive` the rest, once its transaction commits.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from agentops.effects import (
     StepState,
     entries_add,
     entry,
+    provider_event_observed,
     same_object,
     step_by_key,
     step_conflict,
@@ -74,6 +79,8 @@ class WebhookTooLarge(WebhookRejected):
 class Received:
     duplicate: bool
     result: str
+    outcome: str
+    """What became of it, as counted: applied, unchanged, conflict, ignored or duplicate."""
 
 
 # --- Parsing: what the journal needs from an event, and nothing else -------------------------
@@ -199,6 +206,27 @@ class Event:
     facts: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Applied:
+    """What applying an event (or one of its reports) did, as counted, and in a sentence."""
+
+    outcome: str
+    """``applied`` (it settled a step), ``unchanged`` (the step had settled so already, or
+    the report is not final), ``conflict`` or ``ignored`` (about no step of ours)."""
+    result: str
+
+
+# An event of several reports (a charge's refunds) is counted by the weightiest of them.
+WEIGHT = {"conflict": 3, "applied": 2, "unchanged": 1, "ignored": 0}
+
+
+def _combined(applied: list[Applied]) -> Applied:
+    if not applied:
+        return Applied("ignored", "ignored: no refunds listed")
+    outcome = max((a.outcome for a in applied), key=WEIGHT.__getitem__)
+    return Applied(outcome, "; ".join(a.result for a in applied))
+
+
 def _differences(step: Step, tool: str, expected: Mapping[str, Any]) -> list[str]:
     """How the event's object differs from the step it names (empty when it matches)."""
     if step.tool != tool:
@@ -220,12 +248,12 @@ def _differences(step: Step, tool: str, expected: Mapping[str, Any]) -> list[str
 
 def _apply(
     event: Event, key: str | None, tool: str, expected: Mapping[str, Any], outcome: Outcome
-) -> str:
+) -> Applied:
     if not key:
-        return "ignored: not an agentops effect"
+        return Applied("ignored", "ignored: not an agentops effect")
     step = step_by_key(key=key)
     if step is None:
-        return f"ignored: no step {key}"
+        return Applied("ignored", f"ignored: no step {key}")
     note = entry(
         kind=EntryKind.WEBHOOK_RECEIVED,
         task_id=step.task_id,
@@ -244,10 +272,10 @@ def _apply(
         step_conflict(
             step=step, reason=reason, via=f"webhook {event.type}", actor="stripe", event=event.id
         )
-        return f"conflict on {key}: {'; '.join(problems)}"
+        return Applied("conflict", f"conflict on {key}: {'; '.join(problems)}")
     if outcome.state == StepState.UNKNOWN:
         entries_add(note)
-        return f"noted: {key} is not final at the provider"
+        return Applied("unchanged", f"noted: {key} is not final at the provider")
     changed = step_settle(
         step_id=step.pk,
         outcome=outcome,
@@ -259,10 +287,16 @@ def _apply(
         # The task may go on now: ring for its runner once this is committed.
         task_id = step.task_id
         transaction.on_commit(lambda: task_ring(task_id=task_id))
-    return f"{'settled' if changed else 'unchanged'} {key} {outcome.state}"
+        return Applied("applied", f"settled {key} {outcome.state}")
+    # Not changed: a repeat of what the journal says, or (settled otherwise) a contradiction
+    # step_settle recorded as a conflict on the task.
+    state = Step.objects.filter(pk=step.pk).values_list("state", flat=True).first()
+    if state != outcome.state:
+        return Applied("conflict", f"conflict on {key}: it is {state}, reported {outcome.state}")
+    return Applied("unchanged", f"unchanged {key} {outcome.state}")
 
 
-def _payment_intent(event: Event) -> str:
+def _payment_intent(event: Event) -> Applied:
     intent = event.facts
     outcome = intent_outcome(intent)
     expected_state = (
@@ -271,7 +305,9 @@ def _payment_intent(event: Event) -> str:
     if outcome.state != expected_state:
         # Not a report of the outcome its type names (a succeeded event about an intent that
         # is still processing): nothing to settle from it.
-        return f"ignored: a {event.type} event about a payment that is {intent['status']}"
+        return Applied(
+            "ignored", f"ignored: a {event.type} event about a payment that is {intent['status']}"
+        )
     expected = {
         "amount": intent["amount"],
         "currency": intent["currency"],
@@ -280,7 +316,7 @@ def _payment_intent(event: Event) -> str:
     return _apply(event, intent["key"], "charge_customer", expected, outcome)
 
 
-def _charge_refunded(event: Event) -> str:
+def _charge_refunded(event: Event) -> Applied:
     results = []
     for refund in event.facts["refunds"]:
         expected: dict[str, Any] = {"payment_intent": refund["payment_intent"]}
@@ -290,10 +326,10 @@ def _charge_refunded(event: Event) -> str:
         results.append(
             _apply(event, refund["key"], "refund_charge", expected, refund_outcome(refund))
         )
-    return "; ".join(results) or "ignored: no refunds listed"
+    return _combined(results)
 
 
-HANDLERS: dict[str, Callable[[Event], str]] = {
+HANDLERS: dict[str, Callable[[Event], Applied]] = {
     "payment_intent.succeeded": _payment_intent,
     "payment_intent.payment_failed": _payment_intent,
     "charge.refunded": _charge_refunded,
@@ -385,13 +421,18 @@ def _decode(text: str) -> dict[str, Any]:
 def stripe_event_receive(*, payload: bytes, signature: str) -> Received:
     """Verify, parse, store once, apply. Raises :class:`WebhookRejected` for anything that is
     not a genuine, well-formed event; lets a failure while applying propagate (a 500, and
-    nothing kept, so the provider's retry applies it)."""
+    nothing kept, so the provider's retry applies it). What it kept is counted once committed
+    (``provider_event_observed``); what it refuses or fails with, by its caller."""
     body = _decode(_verify(payload, signature))
     event = Event(id=_text(body, "id"), type=_text(body, "type")[:100], facts=_parse(body))
     handler = HANDLERS.get(event.type)
     with transaction.atomic():
         if not _store(event):
-            return Received(duplicate=True, result="duplicate: already received")
-        result = handler(event) if handler else "ignored: type not handled"
-        WebhookEvent.objects.filter(pk=event.id).update(result=result[:5000])
-    return Received(duplicate=False, result=result)
+            provider_event_observed(provider="stripe", outcome="duplicate")
+            return Received(
+                duplicate=True, result="duplicate: already received", outcome="duplicate"
+            )
+        applied = handler(event) if handler else Applied("ignored", "ignored: type not handled")
+        WebhookEvent.objects.filter(pk=event.id).update(result=applied.result[:5000])
+        provider_event_observed(provider="stripe", outcome=applied.outcome)
+    return Received(duplicate=False, result=applied.result, outcome=applied.outcome)

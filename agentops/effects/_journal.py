@@ -9,7 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from agentops.models import WebhookEvent as ProviderEvent
-from agentops.telemetry.steps import report_observed
+from agentops.telemetry.steps import event_observed, report_observed
 from journal.entries import entries_add, entry
 from journal.keys import UnsafeName, object_key, same_object
 from journal.models import Entry, EntryKind, Step, Task
@@ -40,6 +40,14 @@ def step_conflict(*, step: Step, reason: str, via: str, actor: str = "", **facts
     report_observed(step_id=step.pk, provider=actor, reported="conflict", changed=False)
 
 
+def provider_event_observed(*, provider: str, outcome: str) -> None:
+    """Count a provider's notification (a webhook delivery) by what became of it: ``applied``,
+    ``unchanged``, ``conflict``, ``ignored``, ``duplicate``, ``refused`` or ``failed``
+    (``agentops_webhook_events_total``), once the current transaction commits. Call it once
+    per delivery, refused ones included."""
+    event_observed(provider=provider, outcome=outcome)
+
+
 def task_start(**kwargs: Any) -> Task:
     """Start a task (``kind``, ``goal``, ``refs``, ``actor``, ``plan``): agentops.runner's."""
     from agentops.runner import task_start as start
@@ -68,6 +76,7 @@ __all__ = [
     "entries_add",
     "entry",
     "object_key",
+    "provider_event_observed",
     "same_object",
     "step_by_key",
     "step_conflict",

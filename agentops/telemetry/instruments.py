@@ -69,6 +69,19 @@ WEBHOOK_REPORTS = Counter(
     ["provider", "outcome"],
     registry=REGISTRY,
 )
+WEBHOOK_EVENTS = Counter(
+    "agentops_webhook_events",
+    "Provider notifications (webhook events) received, by provider and what became of each, "
+    "counted once per delivery: applied (it settled a step), unchanged (it named steps that "
+    "had settled so already, or reported an outcome not final yet), conflict (it contradicts "
+    "the journal or does not match the step it names: the task goes to a person), ignored "
+    "(stored, but about no step of agentops', or of a type not handled), duplicate (an event id "
+    "stored before: acknowledged, not applied again), refused (a bad signature, a malformed or "
+    "too large body, no secret configured: answered 4xx, nothing kept), failed (applying it "
+    "failed: answered 500, nothing kept, so the provider's redelivery applies it).",
+    ["provider", "outcome"],
+    registry=REGISTRY,
+)
 NOTIFICATIONS = Counter(
     "agentops_notifications",
     "Notifications to NOTIFY_URL (agentops/notifications) by event and how they ended, counted "

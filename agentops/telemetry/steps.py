@@ -9,7 +9,8 @@ what happened, so this reads them after the fact, from the three places that com
   lease; only the kinds the lease holder alone writes are taken, so a notification or a
   person's action that landed during the run is not counted twice;
 - a provider's notification (:func:`report_observed`, from agentops.effects' ``step_settle``
-  and ``step_conflict``), once its transaction has committed;
+  and ``step_conflict``), once its transaction has committed; and the notification itself,
+  whatever became of it (:func:`event_observed`, agentops.effects' ``provider_event_observed``);
 - a person settling a step by hand (:func:`settled_observed`, agentops.runner.step_resolve).
 
 A run killed before it returns (SIGKILL, a lost database) is not read back: its steps are in
@@ -337,3 +338,28 @@ def report_observed(*, step_id: int, provider: str, reported: str, changed: bool
     transaction.on_commit(observe)
     if changed:
         settled_observed(step_id=step_id)
+
+
+EVENT_OUTCOMES = (
+    "applied",
+    "unchanged",
+    "conflict",
+    "ignored",
+    "duplicate",
+    "refused",
+    "failed",
+)
+
+
+def event_observed(*, provider: str, outcome: str) -> None:
+    """Count one provider notification (a webhook delivery) by what became of it (one of
+    :data:`EVENT_OUTCOMES`), once the current transaction commits: an event whose
+    transaction is rolled back was not kept, so it is counted as the ``failed`` its caller
+    says it was, not as what it would have done. Outside a transaction, at once."""
+    if outcome not in EVENT_OUTCOMES:
+        raise ValueError(f"a provider event's outcome is one of {EVENT_OUTCOMES}, not {outcome!r}")
+
+    def count() -> None:
+        m.WEBHOOK_EVENTS.labels(provider=provider or "unknown", outcome=outcome).inc()
+
+    transaction.on_commit(count)

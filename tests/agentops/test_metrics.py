@@ -8,7 +8,9 @@
   counters moved by exactly what the journal says happened, and the gauges equal the
   database's counts: parsed with prometheus_client's own parser, from the worker's files
   (multiprocess mode);
-- a provider's reports are counted as applied, unchanged or conflict once committed;
+- a provider's reports are counted as applied, unchanged or conflict once committed, and
+  each delivery once by what became of it (applied, unchanged, conflict, ignored,
+  duplicate, refused, failed);
 - every query behind the gauges can be answered through an index;
 - a worker's line about a step is one JSON object naming the task, the step's key, its tool
   and its state.
@@ -26,11 +28,12 @@ from ipaddress import ip_network
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
+import commerce.webhooks
 from agentops.api.auth import api_client_create
 from agentops.runner import task_start
 from agentops.telemetry import collector
@@ -38,7 +41,7 @@ from journal.models import Approval, ApprovalState, Attention, Entry, EntryKind,
 from tests.agentops.test_business_effects import renewal_refs
 from tests.agentops.test_runner import finished
 from tests.agentops.test_sagas import ended, trip_refs
-from tests.agentops.test_webhooks import SECRET, event, pending_step, post, sign
+from tests.agentops.test_webhooks import SECRET, Body, event, pending_step, post, sign
 from tests.agentops.workers import Fleet
 from tests.journal.support import invoice
 from tests.sandbox.fixtures import SandboxHandle, wait_for
@@ -389,3 +392,67 @@ def test_a_providers_reports_are_counted_as_applied_unchanged_or_conflict() -> N
     assert steps == {("charge_customer", "done"): 1}
     assert Step.objects.get(pk=step.pk).state == "done"
     assert Step.objects.get(pk=other.pk).state == "pending"
+
+
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_each_webhook_delivery_is_counted_once_by_what_became_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def counted(deliver: Any, status: int) -> dict[Any, float]:
+        """What one delivery moved agentops_webhook_events_total by."""
+        before = by(scrape(), "agentops_webhook_events_total", "provider", "outcome")
+        response = deliver()
+        assert response.status_code == status, response.content
+        return moved(by(scrape(), "agentops_webhook_events_total", "provider", "outcome"), before)
+
+    def once(outcome: str) -> dict[Any, float]:
+        return {("stripe", outcome): 1}
+
+    step = pending_step()
+    succeeded = event("payment_intent.succeeded", step, status="succeeded")
+    assert counted(lambda: post(succeeded, sign(succeeded)), 200) == once("applied")
+    assert Step.objects.get(pk=step.pk).state == "done"
+    # The same event delivered again (Stripe retries until it has a 2xx).
+    assert counted(lambda: post(succeeded, sign(succeeded)), 200) == once("duplicate")
+    # Another event saying what the journal says.
+    again = event("payment_intent.succeeded", step, status="succeeded")
+    assert counted(lambda: post(again, sign(again)), 200) == once("unchanged")
+    # An event contradicting the settled step: its task goes to a person.
+    failed = event("payment_intent.payment_failed", step, status="requires_payment_method")
+    assert counted(lambda: post(failed, sign(failed)), 200) == once("conflict")
+    # One not matching the open step it names (another amount).
+    other = pending_step()
+    wrong = event("payment_intent.succeeded", other, status="succeeded", amount=1)
+    assert counted(lambda: post(wrong, sign(wrong)), 200) == once("conflict")
+    # One about no step of agentops'.
+    stranger = event("payment_intent.succeeded", "ao:not-a-task:1", status="succeeded")
+    assert counted(lambda: post(stranger, sign(stranger)), 200) == once("ignored")
+
+    # Refused, nothing kept: a bad signature, a malformed body, a body too large.
+    forged = event("payment_intent.succeeded", other, status="succeeded")
+    forged_with = sign(forged, secret="whsec_someone_else_" + "x" * 16)
+    assert counted(lambda: post(forged, forged_with), 400) == once("refused")
+    assert counted(lambda: post(b"[1, 2]", sign(b"[1, 2]")), 400) == once("refused")
+    size = commerce.webhooks.MAX_BODY_BYTES + 1
+    environ: dict[str, Any] = {"wsgi.input": Body(size), "CONTENT_LENGTH": str(size)}
+    too_large = lambda: Client().generic(  # noqa: E731
+        "POST", "/webhooks/stripe", headers={"Stripe-Signature": sign(b"")}, **environ
+    )
+    assert counted(too_large, 413) == once("refused")
+
+    # Failing while applying: a 500, nothing kept; the redelivery is applied and counted so.
+    def broken(**kwargs: Any) -> bool:
+        raise OperationalError("the database went away mid-event")
+
+    monkeypatch.setattr(commerce.webhooks, "step_settle", broken)
+    late = event("payment_intent.succeeded", other, status="succeeded")
+    server_error = lambda: Client(raise_request_exception=False).post(  # noqa: E731
+        "/webhooks/stripe",
+        data=late,
+        content_type="application/json",
+        headers={"Stripe-Signature": sign(late)},
+    )
+    assert counted(server_error, 500) == once("failed")
+    monkeypatch.undo()
+    assert counted(lambda: post(late, sign(late)), 200) == once("applied")
+    assert Step.objects.get(pk=other.pk).state == "done"
