@@ -36,6 +36,7 @@ from agentops.jobs import audit_provider
 from agentops.kinds import rules_for, tools_for
 from agentops.runner import run_queue, task_run, task_start
 from agentops.workers import AUDIT_JOB
+from commerce.tools.email import SendEmail
 from commerce.tools.payments import ChargeCustomer
 from devtools.process import HOST, end, free_port, spawn, wait_until
 from devtools.sandboxes import sandbox_environment
@@ -51,7 +52,7 @@ from tests.agentops.test_business_effects import Meanwhile, renewal_refs, trip_r
 from tests.agentops.test_operators import client_for, user
 from tests.agentops.workers import quiet_world
 from tests.journal.support import invoice
-from tests.sandbox.fixtures import SandboxHandle, stripe_client
+from tests.sandbox.fixtures import SandboxHandle, http_json, stripe_client
 
 pytestmark = pytest.mark.usefixtures("committed", "clean_faults")
 
@@ -188,9 +189,9 @@ def test_a_done_step_whose_effect_the_provider_no_longer_shows_is_a_finding(
     assert task.status == "needs_human" and task.attention_code == "audit_finding"
 
 
-def test_an_effect_of_another_amount_than_its_step_decided_is_a_finding(
-    since: datetime, payments_sandbox: SandboxHandle
-) -> None:
+def charged_otherwise(payments_sandbox: SandboxHandle, **taken: Any) -> tuple[Task, Step, str]:
+    """A charge step of 49.00 usd settled done, whose payment the provider made with
+    ``taken`` in place of what the step decided; the task, the step and the intent's id."""
     task = task_create(kind="renewal", goal="charge", refs={"invoice": invoice()})
     lease = lease_acquire(task_id=task.pk, owner="audit-test")
     assert lease is not None
@@ -205,24 +206,91 @@ def test_an_effect_of_another_amount_than_its_step_decided_is_a_finding(
         decision=Call("charge_customer", args),
         tools={"charge_customer": ChargeCustomer()},
     )
-    # The provider took 59.00 under the step's key for the 49.00 the step decided.
-    taken: Any = {**args, "amount": 5900, "confirm": True, "metadata": {"agentops_key": step.key}}
+    made: Any = {**args, **taken, "confirm": True, "metadata": {"agentops_key": step.key}}
     intent = (
         stripe_client(payments_sandbox.url)
-        .v1.payment_intents.create(params=taken, options={"idempotency_key": step.key})
+        .v1.payment_intents.create(params=made, options={"idempotency_key": step.key})
         .to_dict()
     )
-    evidence = {"payment_intent": intent["id"], "amount": 5900, "currency": "usd"}
+    evidence = {key: made[key] for key in ("amount", "currency")} | {"payment_intent": intent["id"]}
     step_settle(step_id=step.pk, outcome=Outcome.done(evidence), via="attempt", lease=lease)
     lease_release(lease)
+    return task, step, intent["id"]
+
+
+def test_an_effect_of_another_amount_than_its_step_decided_is_a_finding(
+    since: datetime, payments_sandbox: SandboxHandle
+) -> None:
+    # The provider took 59.00 under the step's key for the 49.00 the step decided.
+    task, step, intent = charged_otherwise(payments_sandbox, amount=5900)
 
     assert audit("stripe", since).found == 1
     finding = Finding.objects.get(step=step)
-    assert finding.kind == FindingKind.MISMATCH and finding.effect_id == intent["id"]
+    assert finding.kind == FindingKind.MISMATCH and finding.effect_id == intent
     assert finding.differences == {"amount": {"journal": 4900, "provider": 5900}}
     assert "amount 4900 in the journal, 5900 at stripe" in finding.summary
     task.refresh_from_db()
     assert task.status == "needs_human" and task.attention_code == "audit_finding"
+
+
+def test_an_effect_in_another_currency_than_its_step_decided_is_a_finding(
+    since: datetime, payments_sandbox: SandboxHandle
+) -> None:
+    # The provider took 49.00 under the step's key, in euros where the step decided dollars.
+    task, step, intent = charged_otherwise(payments_sandbox, currency="eur")
+
+    assert audit("stripe", since).found == 1
+    finding = Finding.objects.get(step=step)
+    assert finding.kind == FindingKind.MISMATCH and finding.effect_id == intent
+    assert finding.differences == {"currency": {"journal": "usd", "provider": "eur"}}
+    assert "currency usd in the journal, eur at stripe" in finding.summary
+    assert finding.provider_side["currency"] == "eur"
+    task.refresh_from_db()
+    assert task.status == "needs_human" and task.attention_code == "audit_finding"
+    # Audited again: stored once.
+    assert audit("stripe", since).found == 0
+    assert Finding.objects.filter(step=step).count() == 1
+
+
+def test_an_email_sent_to_another_address_than_its_step_decided_is_a_finding(
+    since: datetime, mail_sandbox: SandboxHandle
+) -> None:
+    task = task_create(kind="renewal", goal="receipt", refs={"invoice": invoice()})
+    lease = lease_acquire(task_id=task.pk, owner="audit-test")
+    assert lease is not None
+    args = {
+        "to": "ada@example.com",
+        "subject": "Your receipt",
+        "body": "Paid, thank you.",
+        "reference": task.refs["invoice"],
+        "purpose": "receipt",
+    }
+    step = step_record(
+        lease=lease, decision=Call("send_email", args), tools={"send_email": SendEmail()}
+    )
+    # The provider delivered the step's message (its Message-ID) to someone else.
+    body = {**SendEmail().body(args, key=step.key), "to": "eve@example.net"}
+    sent = http_json("POST", f"{mail_sandbox.url}/v1/messages", body, key=step.key)
+    assert sent.status in (200, 201), sent.body
+    message = sent.body["id"]
+    step_settle(
+        step_id=step.pk, outcome=Outcome.done({"message": message}), via="attempt", lease=lease
+    )
+    lease_release(lease)
+
+    assert audit("mail", since).found == 1
+    finding = Finding.objects.get(step=step)
+    assert finding.kind == FindingKind.MISMATCH and finding.effect_id == message
+    assert finding.differences == {
+        "recipient": {"journal": "ada@example.com", "provider": "eve@example.net"}
+    }
+    assert "recipient ada@example.com in the journal, eve@example.net at mail" in finding.summary
+    assert finding.provider_side["raw"]["to"] == "eve@example.net"
+    assert finding.journal_side["args"]["to"] == "ada@example.com"
+    task.refresh_from_db()
+    assert task.status == "needs_human" and task.attention_code == "audit_finding"
+    assert audit("mail", since).found == 0
+    assert Finding.objects.filter(step=step).count() == 1
 
 
 def test_what_the_journal_knows_is_not_a_finding(
