@@ -304,4 +304,11 @@ def tasks_sweep() -> int:
         task_ring(task_id=task_id, quiet=quiet)
         redis.set(swept, f"{token}:{quiet:g}", px=round(1000 * (2 * quiet + grace)))
         rung += 1
+        # One line a task, with its id: a search for the task finds the sweeper's part too.
+        log.info(
+            "task %s: runnable and no run holds it: rang for it (next in %g s at the earliest)",
+            task_id,
+            quiet,
+            extra={**_task(task_id), "quiet_seconds": quiet},
+        )
     return rung

@@ -13,7 +13,8 @@
   duplicate, refused, failed);
 - every query behind the gauges can be answered through an index;
 - a worker's line about a step is one JSON object naming the task, the step's key, its tool
-  and its state.
+  and its state; so are the web server's (gunicorn's, for a request: a provider's notification
+  settling a step) and the sweeper's (naming the task it rang for).
 
 (The alert rules are tested by promtool in `make test`: deploy/prometheus/.)
 """
@@ -21,13 +22,17 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import uuid
 from collections import Counter as Tally
 from collections.abc import Iterator
 from ipaddress import ip_network
+from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from django.db import OperationalError, connection
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
@@ -37,7 +42,9 @@ import commerce.webhooks
 from agentops.api.auth import api_client_create
 from agentops.runner import task_start
 from agentops.telemetry import collector
+from devtools.process import free_port, spawn
 from journal.models import Approval, ApprovalState, Attention, Entry, EntryKind, Step, Task
+from journal.record import task_create
 from tests.agentops.test_business_effects import renewal_refs
 from tests.agentops.test_runner import finished
 from tests.agentops.test_sagas import ended, trip_refs
@@ -356,6 +363,90 @@ def test_a_workers_line_about_a_step_is_json_with_its_task_key_tool_and_state(
     assert (line["tool"], line["state"]) == ("charge_customer", "done")
     assert line["level"] == "INFO" and line["logger"] == "agentops.steps"
     assert charge.key in line["message"]
+
+
+def json_lines(log: Path) -> list[dict[str, Any]]:
+    """Every line of a process's output, each of which must be one JSON object."""
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    parsed = []
+    for line in lines:
+        try:
+            parsed.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"{log.name}: a line that is not JSON: {line!r}") from None
+        assert isinstance(parsed[-1], dict), line
+    return parsed
+
+
+def test_the_web_servers_and_the_sweepers_lines_are_json_naming_their_task_and_step(
+    fleet: Fleet,
+) -> None:
+    # The web server as production runs it: gunicorn, its own lines and the app's.
+    port = free_port()
+    web_log = fleet.logs / "web.log"
+    web_env = {
+        **fleet.env,
+        "LOG_FORMAT": "json",
+        "STRIPE_WEBHOOK_SECRET": SECRET,
+        "GUNICORN_BIND": f"127.0.0.1:{port}",
+        "WEB_CONCURRENCY": "1",
+    }
+    argv = [sys.executable, "-m", "gunicorn", "-c", "python:agentops.gunicorn_conf"]
+    fleet.procs.append(spawn(argv, env=web_env, output=web_log))
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            return requests.get(f"{url}/healthz", timeout=2).status_code in (200, 503)
+        except requests.ConnectionError:
+            return False
+
+    wait_for(answers, timeout=30, what="gunicorn to answer")
+
+    # A request about a step: a provider's notification that settles it.
+    step = pending_step()
+    payload = event("payment_intent.succeeded", step, status="succeeded")
+    headers = {"Stripe-Signature": sign(payload), "Content-Type": "application/json"}
+    settled = requests.post(f"{url}/webhooks/stripe", data=payload, headers=headers, timeout=10)
+    assert settled.status_code == 200, settled.text
+    assert Step.objects.get(pk=step.pk).state == "done"
+    # And one refused: a line saying why, about no step.
+    forged = requests.post(
+        f"{url}/webhooks/stripe",
+        data=payload,
+        headers={**headers, "Stripe-Signature": "t=1,v1=deadbeef"},
+        timeout=10,
+    )
+    assert forged.status_code == 400
+
+    def about_the_step() -> list[dict[str, Any]]:
+        return [line for line in json_lines(web_log) if line.get("step_key") == step.key]
+
+    (line,) = wait_for(about_the_step, timeout=10, what="the web server's line about the step")
+    assert line["task_id"] == str(step.task_id)
+    assert (line["tool"], line["state"], line["event"]) == ("charge_customer", "done", "settled")
+    assert line["via"] == "webhook payment_intent.succeeded"
+    assert line["logger"] == "agentops.steps" and line["level"] == "INFO"
+    assert line["pid"] != os.getpid()  # written by the web server, not by this test
+    lines = json_lines(web_log)
+    refused = [r for r in lines if r["message"].startswith("Stripe webhook refused")]
+    assert len(refused) == 1 and refused[0]["level"] == "WARNING", lines
+    accessed = [r for r in lines if r["logger"] == "gunicorn.access"]
+    assert any("/webhooks/stripe" in r["message"] for r in accessed), lines
+
+    # The sweeper, ringing for a task that can advance and that nobody runs.
+    stranded = task_create(kind="renewal", goal="renew", refs=renewal_refs(invoice()))
+    sweeper = fleet.sweeper(LOG_FORMAT="json")
+    sweeper_log = fleet.logs / f"sweep-{fleet.procs.index(sweeper)}.log"
+
+    def about_the_task() -> list[dict[str, Any]]:
+        return [r for r in json_lines(sweeper_log) if r.get("task_id") == str(stranded.pk)]
+
+    rang = wait_for(about_the_task, timeout=15, what="the sweeper's line about the task")
+    assert rang[0]["logger"] == "agentops.runner" and "rang for it" in rang[0]["message"]
+    assert str(stranded.pk) in rang[0]["message"]
+    counts = [r for r in json_lines(sweeper_log) if r["logger"] == "agentops.sweeper"]
+    assert counts and all("rung" in r for r in counts), counts
 
 
 # --- a provider's reports ------------------------------------------------------------------

@@ -64,8 +64,8 @@ class Fleet:
     def worker(self, **extra: str) -> Popen:
         return self._start(list(WORKER_ARGS), **extra)
 
-    def sweeper(self) -> Popen:
-        return self._start(["sweep", "--interval", "0.3"])
+    def sweeper(self, **extra: str) -> Popen:
+        return self._start(["sweep", "--interval", "0.3"], **extra)
 
     def stop(self) -> None:
         # Each whole group, even when its leader is dead: a worker killed by the test leaves
