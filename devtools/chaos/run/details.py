@@ -1,0 +1,40 @@
+"""What a chaos run keeps beside its logs (``details.json``): the journal of each
+task that was slow to move again after a fault.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from devtools.chaos.run.base import db_or
+from journal.models import Entry
+
+
+def timelines(samples: list[dict[str, Any]], *, slower_than: float) -> dict[str, Any]:
+    """The journal of each task that took long to move again after a fault, for a person
+    looking into why (written beside the run's logs)."""
+    slow = {s["task"]: s for s in samples if s["took"] is None or s["took"] > slower_than}
+    if not slow:
+        return {}
+    rows: list[tuple[uuid.UUID, datetime, str, str, Any]] = db_or(
+        lambda: list(
+            Entry.objects.filter(task_id__in=[t for t in slow if is_uuid(t)])
+            .order_by("id")
+            .values_list("task_id", "at", "kind", "actor", "data")
+        ),
+        [],
+    )
+    out: dict[str, Any] = {t: {"sample": s, "entries": []} for t, s in slow.items()}
+    for task_id, at, kind, actor, data in rows:
+        out[str(task_id)]["entries"].append([at.timestamp(), kind, actor, data])
+    return out
+
+
+def is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
