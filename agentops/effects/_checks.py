@@ -11,11 +11,76 @@ from django.core.checks import CheckMessage, Error, Warning
 
 from agentops.effects._registry import registry, tools
 from agentops.effects._tool import Tool
+from journal.policy import DEFAULT_POLICY
 from journal.protocols import CostClass
 
 
 def _error(text: str, hint: str, code: int) -> Error:
     return Error(text, hint=hint, id=f"agentops.E1{code:02d}")
+
+
+def _span(seconds: float) -> str:
+    """``22.5 s``; ``21:36:00`` or ``1 day, 0:00:00`` from ten minutes on."""
+    if seconds < 600:
+        return f"{round(seconds, 3):g} s"
+    return str(timedelta(seconds=round(seconds)))
+
+
+def key_problems(tool: Tool, name: str) -> list[CheckMessage]:
+    """Whether the provider keeps a keyed tool's keys for as long as a request with one may
+    still be sent (docs/design.md §15).
+
+    A retry with the step's key (``journal.reconcile``: a round whose lookup found nothing)
+    may begin at any moment until the journal stops trusting the key — 90 % of its lifetime
+    after the step was recorded — however the reconciliation schedule runs, since rounds run
+    late under load or after an outage; and that retry may go on sending requests, the
+    library's own retries included, for one whole call (``timeout`` × ``requests_per_call``).
+    The key must outlive both, or the provider takes the last request for a new one: an error.
+    Transient retries (``TRANSIENT_RETRY_SCHEDULE``) are new steps with new keys, and do not
+    count here.
+
+    Short of that, the schedule says whether the rounds can use the key at all: if even its
+    last round, on time, would retry after the journal stops trusting the key, a step still
+    unknown then is only looked up, then given to a person (a warning: safe, but slower)."""
+    out: list[CheckMessage] = []
+    lifetime = tool.key_lifetime.total_seconds()
+    trusted = lifetime * (1.0 - DEFAULT_POLICY.key_margin)
+    call = tool.timeout * tool.requests_per_call
+    requests = tool.requests_per_call
+    if trusted + call >= lifetime:
+        out.append(
+            _error(
+                f"tool {name}: its provider keeps keys {_span(lifetime)}, yet a retry with the "
+                f"same key may begin up to {_span(trusted)} after the step is recorded (while "
+                f"the key is trusted) and go on sending for one call, {_span(call)} "
+                f"({requests} request(s) of up to {tool.timeout:g} s): its last request could "
+                "reach the provider after the key died, and be taken for a new effect",
+                "Check the provider's key lifetime (it must be over ten times one call), or "
+                "lower the tool's timeout (TOOL_TIMEOUTS) or its library's own retries.",
+                5,
+            )
+        )
+        return out
+    rounds = tuple(float(s) for s in settings.RECONCILE_SCHEDULE)
+    if not rounds:
+        return out
+    # From the step's recording to the last round's retry, on time: the first call, every
+    # wait, and each round's lookup (a full effect) and retry before it, then its own lookup.
+    lookup = call if tool.cost == CostClass.FULL else 0.0
+    last = call + sum(rounds) + (len(rounds) - 1) * (lookup + call) + lookup
+    if last >= trusted:
+        out.append(
+            Warning(
+                f"tool {name}: its provider keeps keys {_span(lifetime)}, and the journal trusts "
+                f"them {_span(trusted)}; the last round of RECONCILE_SCHEDULE, on time, would "
+                f"retry {_span(last)} after the step is recorded (the first call, every wait, "
+                "and each round's lookup and retry): a step still unknown by then is only "
+                "looked up, then given to a person, never sent again with its key",
+                hint="Check the provider's key lifetime, or shorten RECONCILE_SCHEDULE.",
+                id="agentops.W105",
+            )
+        )
+    return out
 
 
 def tool_problems(tool: Tool, known: set[str]) -> list[CheckMessage]:
@@ -47,31 +112,7 @@ def tool_problems(tool: Tool, known: set[str]) -> list[CheckMessage]:
             )
         )
     if effect:
-        call = timedelta(seconds=tool.timeout * tool.requests_per_call)
-        trusted = tool.key_lifetime * 0.9
-        if trusted <= call:
-            out.append(
-                _error(
-                    f"tool {name}: its provider keeps keys {tool.key_lifetime}, not longer than "
-                    f"one call may take ({call}): the key could die before its own reply, "
-                    "and no retry could ever use it",
-                    "Check the provider's key lifetime, or lower the tool's timeout.",
-                    5,
-                )
-            )
-        else:
-            first = min([*settings.RECONCILE_SCHEDULE, *settings.TRANSIENT_RETRY_SCHEDULE])
-            if first and trusted <= timedelta(seconds=first):
-                out.append(
-                    Warning(
-                        f"tool {name}: its provider keeps keys {tool.key_lifetime}, not longer "
-                        f"than the first wait before a retry ({first:g} s): an unknown step is "
-                        "only ever looked up, never sent again with its key",
-                        hint="Check the provider's key lifetime, or shorten RECONCILE_SCHEDULE "
-                        "/ TRANSIENT_RETRY_SCHEDULE.",
-                        id="agentops.W105",
-                    )
-                )
+        out.extend(key_problems(tool, name))
     base = getattr(tool, "base_setting", "")
     unset = base and not str(getattr(settings, base, "") or "").strip()
     if unset and not getattr(tool, "default_base", ""):

@@ -4,6 +4,8 @@ tool or kind is refused at start-up with its sentence (issue 17)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -49,6 +51,16 @@ def test_what_is_declared_passes_the_start_up_checks() -> None:
     problems = [p for p in effects.declarations() if isinstance(p, Error)]
     assert problems == []
     assert ids(Fine()) == {}
+
+
+class NoDescription(Fine):
+    name = "no_description"
+    description = ""
+
+
+class NotAnObjectSchema(Fine):
+    name = "not_an_object_schema"
+    schema = {"type": "array", "items": {"type": "integer"}}
 
 
 class NoLookup(Fine):
@@ -99,9 +111,15 @@ class MoneyNotInSchema(Fine):
 @pytest.mark.parametrize(
     ("tool", "check", "sentence"),
     [
+        (NoDescription(), "agentops.E101", "tool no_description: no description"),
+        (
+            NotAnObjectSchema(),
+            "agentops.E102",
+            "tool not_an_object_schema: its schema is not a JSON object schema",
+        ),
         (NoLookup(), "agentops.E103", "cannot look its effects up"),
         (NoEvidence(), "agentops.E104", "names no evidence"),
-        (ShortKey(), "agentops.E105", "the key could die before its own reply"),
+        (ShortKey(), "agentops.E105", "could reach the provider after the key died"),
         (UndoWithoutArgs(), "agentops.E108", "not how its evidence becomes the undo's"),
         (UndoUnknown(), "agentops.E107", "its undo 'nobody' is not a declared tool"),
         (UndoAndIrreversible(), "agentops.E109", "has an undo and says it is irreversible"),
@@ -135,6 +153,175 @@ def test_a_misdeclared_kind_is_refused_with_its_sentence(monkeypatch: pytest.Mon
     assert "move money, and caps none" in found["agentops.E112"]
     assert "saga step fine has no undo and is not irreversible" in found["agentops.E114"]
     assert "has no playbook" in found["agentops.E115"]
+
+
+def test_a_saga_step_nobody_declared_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    odd = Registry()
+    odd.kinds["books"] = effects.Kind(
+        name="books",
+        description="",
+        refs_schema=effects.refs_object({}, []),
+        binds={"fine": ()},
+        saga=effects.Saga(steps=("fine", "ghost")),
+    )
+    monkeypatch.setattr("agentops.effects._checks.registry", odd)
+    with override_settings(PLANNER="anthropic"):
+        found = {str(p.id): p.msg for p in kind_problems({"fine": Fine()})}
+    assert found["agentops.E113"] == "kind books: saga step ghost is unknown"
+
+
+def test_tools_that_cannot_be_made_are_refused_with_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> effects.Tool:
+        raise RuntimeError("PAYMENTS_BASE is not a URL")
+
+    broken.name = "broken"  # type: ignore[attr-defined]
+    odd = Registry()
+    odd.tools["broken"] = broken
+    monkeypatch.setattr("agentops.effects._checks.registry", odd)
+    monkeypatch.setattr("agentops.effects._registry.registry", odd)
+    [refused] = effects.declarations()
+    assert refused.id == "agentops.E116"
+    assert refused.msg == "the tools cannot be made: RuntimeError: PAYMENTS_BASE is not a URL"
+
+
+# --- Key lifetimes: a key outlives every request that may carry it --------------------------
+
+
+def keyed(seconds: float, *, cost: effects.CostClass = effects.CostClass.FULL) -> effects.Tool:
+    made: effects.Tool = type("Keyed", (Fine,), {"name": "keyed", "cost": cost})()
+    made.key_lifetime = timedelta(seconds=seconds)
+    return made
+
+
+@override_settings(TOOL_TIMEOUT_SECONDS=5.0)
+def test_a_key_that_may_die_under_a_retry_late_in_its_life_is_refused() -> None:
+    """A retry with the same key may begin until the journal stops trusting the key (90 % of
+    its life after the step was recorded: rounds run late under load), and sends for one
+    whole call. A 30 s key outlives one 5 s call, but not a retry begun at 26.9 s."""
+    found = ids(keyed(30))
+    assert "agentops.E105" in found, found
+    said = found["agentops.E105"]
+    assert "its provider keeps keys 30 s" in said
+    assert "a retry with the same key may begin up to 27 s after the step is recorded" in said
+    assert "go on sending for one call, 5 s (1 request(s) of up to 5 s)" in said
+    assert "its last request could reach the provider after the key died" in said
+    assert "agentops.E105" not in ids(keyed(60))  # 54 s + 5 s < 60 s
+
+
+@override_settings(TOOL_TIMEOUT_SECONDS=5.0)
+def test_a_key_lifetime_counts_the_librarys_own_retries() -> None:
+    class Retried(Fine):
+        name = "retried"
+
+        @property
+        def requests_per_call(self) -> int:
+            return 3  # the provider's library sends a request up to three times
+
+    tool = Retried()
+    tool.key_lifetime = timedelta(seconds=100)
+    found = ids(tool)
+    assert "for one call, 15 s (3 request(s) of up to 5 s)" in found["agentops.E105"]
+    tool.key_lifetime = timedelta(seconds=200)  # 180 s + 15 s < 200 s
+    assert "agentops.E105" not in ids(tool)
+
+
+@override_settings(TOOL_TIMEOUT_SECONDS=5.0, RECONCILE_SCHEDULE=(1, 2, 5, 15, 30, 60, 120))
+def test_a_key_the_reconciliation_rounds_outlast_is_warned_of() -> None:
+    """The last round of the schedule, on time, retries 303 s after the step is recorded: the
+    first call (5 s), every wait (233 s), six earlier rounds' lookup and retry (60 s), its own
+    lookup (5 s). A key trusted 270 s cannot serve it. Before, only the first wait (1 s) was
+    compared, and this passed."""
+    found = ids(keyed(300))
+    assert "agentops.E105" not in found  # a retry within its life is safe: 270 + 5 < 300
+    said = found["agentops.W105"]
+    assert "its provider keeps keys 300 s, and the journal trusts them 270 s" in said
+    assert "would retry 303 s after the step is recorded" in said
+    assert "only looked up, then given to a person, never sent again with its key" in said
+    assert "agentops.W105" not in ids(keyed(340))  # trusted 306 s: past 303 s
+    # A cheap effect is never looked up: its rounds are only retries (268 s).
+    assert "agentops.W105" not in ids(keyed(300, cost=effects.CostClass.CHEAP))
+    # Transient retries are new steps with new keys: they do not count.
+    with override_settings(TRANSIENT_RETRY_SCHEDULE=(600,)):
+        assert "agentops.W105" not in ids(keyed(340))
+
+
+# --- Intents (served over MCP): their kind, effect, reads and words -------------------------
+
+
+class Reads(Fine):
+    name = "reads"
+    cost = effects.CostClass.READ
+
+
+def a_intent(**change: Any) -> effects.Intent:
+    made = effects.Intent(
+        name="do_fine",
+        description="Do the fine thing for an order.",
+        schema={"type": "object", "properties": {"order": {"type": "string"}}},
+        kind="spends",
+        effect="fine",
+        identity=lambda args: f"fine:{args['order']}",
+        refs=lambda args, records: {"order": args["order"]},
+        goal=lambda args: f"the fine thing for {args['order']}",
+        noun="fine thing",
+        subject=lambda args: f"order {args['order']}",
+        reads=("reads",),
+    )
+    return replace(made, **change)
+
+
+@pytest.mark.parametrize(
+    ("change", "check", "sentence"),
+    [
+        ({"kind": "nowhere"}, "agentops.E201", "intent do_fine: kind 'nowhere' is not declared"),
+        (
+            {"effect": "reads"},
+            "agentops.E202",
+            "intent do_fine: kind spends does not use 'reads'",
+        ),
+        ({"effect": "ghost"}, "agentops.E203", "intent do_fine: effect 'ghost' is unknown"),
+        (
+            {"reads": ("fine",)},
+            "agentops.E204",
+            "intent do_fine: 'fine' is not a declared READ tool",
+        ),
+        (
+            {"reads": ("nobody",)},
+            "agentops.E204",
+            "intent do_fine: 'nobody' is not a declared READ tool",
+        ),
+        (
+            {"schema": {"type": "string"}},
+            "agentops.E205",
+            "intent do_fine: its schema is not a JSON object schema",
+        ),
+        ({"noun": ""}, "agentops.E206", "intent do_fine: say what it does (description, noun)"),
+        (
+            {"description": ""},
+            "agentops.E206",
+            "intent do_fine: say what it does (description, noun)",
+        ),
+    ],
+)
+def test_a_misdeclared_intent_is_refused_with_its_sentence(
+    monkeypatch: pytest.MonkeyPatch, change: dict[str, Any], check: str, sentence: str
+) -> None:
+    odd = Registry()
+    odd.kinds["spends"] = effects.Kind(
+        name="spends",
+        description="",
+        refs_schema=effects.refs_object({}, []),
+        binds={"fine": ()},
+    )
+    monkeypatch.setattr("agentops.effects._intent.registry", odd)
+    monkeypatch.setattr(
+        "agentops.effects._intent.tools", lambda: {"fine": Fine(), "reads": Reads()}
+    )
+    monkeypatch.setattr("agentops.effects._intent._intents", {"do_fine": a_intent()})
+    assert effects.intent_checks() == []  # declared as it should be
+    monkeypatch.setattr("agentops.effects._intent._intents", {"do_fine": a_intent(**change)})
+    found = {str(p.id): p.msg for p in effects.intent_checks()}
+    assert found.get(check) == sentence, found
 
 
 def test_a_name_declared_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -238,14 +238,16 @@ def test_a_saga_that_waits_past_its_key_lifetime_never_retries_with_the_dead_key
     fleet: Fleet, world: dict[str, SandboxHandle]
 ) -> None:
     bookings = world["bookings"]
-    bookings.client.config(key_lifetime=1)
+    bookings.client.config(key_lifetime=6)
     # The hotel booking lands but its reply is lost, and the provider cannot be asked about
     # it for a long while (every lookup answers 500).
     bookings.client.fault("hotel_bookings.create", "drop_after_effect")
     bookings.client.fault("hotel_bookings.list", "error_500_before", times=None)
-    # The first lookup comes after the key died (1 s): whatever the machine's load, no round
-    # can find the key alive and send the booking again.
-    fleet.worker(BOOKINGS_KEY_LIFETIME_SECONDS="1", RECONCILE_SCHEDULE="1.5,1,1")
+    # The first lookup comes after the journal stopped trusting the key (90 % of 6 s):
+    # whatever the machine's load, no round can find the key alive and send the booking
+    # again. (The key is as short as the start-up check lets it be: a call of 0.5 s must fit
+    # in the tenth of its life that is not trusted.)
+    fleet.worker(BOOKINGS_KEY_LIFETIME_SECONDS="6", RECONCILE_SCHEDULE="6,1,1")
     task = ended(task_start(kind="trip", goal="a long wait", refs=trip_refs()), timeout=60)
     assert task.status == "needs_human" and task.attention_code == "key_dead"
     hotel = Step.objects.get(task=task, tool="book_hotel")
