@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from agentops.effects import Audit, ProviderEffect, Reply, http_call
+from agentops.effects import Audit, ProviderEffect, Reply, http_call, is_our_key
 from commerce.tools.bookings import BookHotel, Booking, HoldFlight
 from commerce.tools.email import SendEmail
 from commerce.tools.payments import KEY_FIELD, stripe_client
@@ -27,7 +27,6 @@ PAGE = 100
 MAX_PAGES = 500
 # A list request waits this long (an audit is not in a hurry, and no lease waits on it).
 LIST_TIMEOUT_SECONDS = 30.0
-OUR_PREFIX = "ao:"  # journal/keys.py's: every step key starts so
 MESSAGE_ID = re.compile(r"^<(?P<key>.+)@agentops>$")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -273,7 +272,7 @@ class BookingsAudit(Audit):
 
             for obj in _pages(objects):
                 reference = str(obj.get("reference") or "")
-                if not reference.startswith(OUR_PREFIX):
+                if not is_our_key(reference):
                     continue
                 status = obj.get("status")
                 yield ProviderEffect(

@@ -1,15 +1,18 @@
 """Names for intended actions and for the business objects they act on (docs/design.md §3, §6).
 
 A step's key is derived from its stable id ``<task id>:<n>`` and from nothing else: not the
-attempt number, not anything the model said. A compensation's key is derived from its
-step's key.
+attempt number, not anything the model said. Its format is written once, in SQL
+(``journal/sql/journal_step_key``), and every key comes back from the statement that records
+its step; here are only the prefix every key of ours starts with, and a compensation's key,
+derived from its step's key.
 
 A business object's name (``charge:INV-2291``, ``hotel:Alfama:Ada Lovelace:2027-03-01``) is
 compared in one normal form, so that no look-alike spelling of a name makes a second effect
-on the same object: Unicode NFKC, invisible and format characters removed, runs of white
-space collapsed, case folded. A name whose normal form does not fit its column is stored as
-a digest of that normal form, behind a readable prefix: names are never cut, so two long
-names that differ only at their end stay two objects.
+on the same object: Unicode NFKC, invisible and format characters removed, white space
+removed, case folded (:func:`object_form`; the name kept for people has each run of white
+space collapsed to one: :func:`object_name`). A name whose normal form does not fit its
+column is stored as a digest of that normal form, behind a readable prefix: names are never
+cut, so two long names that differ only at their end stay two objects.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from functools import lru_cache
 from uuid import UUID
 
 KEY_PREFIX = "ao"
+"""What every key agentops makes starts with, before a colon: a step's (``journal_step_key``
+writes it; tests/journal/test_sql_files.py checks that the two agree), a compensation's, a
+notification's. It keeps our keys recognisable in a provider's dashboard and metadata."""
 
 OBJECT_NAME_MAX = 255
 """The width of the columns that hold an object's name (``Step.guard``, ``Step.guard_key``)."""
@@ -73,9 +79,10 @@ def step_id(task_id: UUID | str, n: int) -> str:
     return f"{task_id}:{n}"
 
 
-def step_key(task_id: UUID | str, n: int) -> str:
-    # The prefix keeps our keys recognisable in a provider's dashboard and metadata.
-    return f"{KEY_PREFIX}:{step_id(task_id, n)}"
+def is_our_key(reference: str) -> bool:
+    """Whether a provider's reference (a key in its metadata, a booking's reference) is one of
+    the keys agentops makes."""
+    return reference.startswith(f"{KEY_PREFIX}:")
 
 
 def undo_key(key: str, retries: int = 0) -> str:

@@ -1,8 +1,8 @@
 """Each rule in one place: the docstrings that say "the one place" are checked against the
 source (docs/design.md §4, §7; journal/README.md). The product is searched: journal,
-agentops, sandbox. Migrations before the SQL moved into files (journal 0001–0009) are
-history; tests and the tooling in devtools (which seeds a benchmark's database in bulk) may
-write what they like."""
+agentops, sandbox and commerce (the shipped kinds). Migrations before the SQL moved into
+files (journal 0001–0009) are history; tests and the tooling in devtools (which seeds a
+benchmark's database in bulk) may write what they like."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def _sources() -> dict[str, str]:
         *(file.path for file in sql_newest().values()),
         *ROOT.glob("agentops/**/*.py"),
         *ROOT.glob("sandbox/**/*.py"),
+        *ROOT.glob("commerce/**/*.py"),
     ]
     found = {}
     for path in files:
@@ -32,6 +33,22 @@ def _sources() -> dict[str, str]:
         if not HISTORY.match(name):
             found[name] = path.read_text()
     return found
+
+
+# A step's key, ao:<task>:<n>, written anywhere: the prefix as a literal in any string (SQL's
+# 'ao:', Python's "ao:…", f"ao:{…}", 'ao' + …), or the prefix's constant followed by a task and
+# a number (f"{KEY_PREFIX}:{task}:{n}", KEY_PREFIX + ":" + …, ":".join((KEY_PREFIX, …)),
+# "%s:%s:%s" % (KEY_PREFIX, …), "{}:{}:{}".format(KEY_PREFIX, …)). A key of another kind that
+# starts with the prefix (a notification's, f"{KEY_PREFIX}:notify:…") and a test of whether a
+# reference is ours (f"{KEY_PREFIX}:") are not a step's key.
+KEY_FORMAT = (
+    r"['\x22]ao:"
+    r"|['\x22]ao['\x22]\s*(\+|\|\|)"
+    r"|\{KEY_PREFIX\}:\{"
+    r"|\bKEY_PREFIX\s*\+"
+    r"|\(\s*KEY_PREFIX\s*,"
+    r"|format\(\s*KEY_PREFIX\b"
+)
 
 
 def _where(pattern: str) -> list[str]:
@@ -58,7 +75,8 @@ def _where(pattern: str) -> list[str]:
             r"lease_expires_at\s*=\s*now\(\)[^;\x22]*\bWHERE\b[^;\x22]*lease_token\s*=\s*(p_token|%s)",
             "journal/sql/journal_fence",
         ),
-        ("a step's key is formatted", r"'ao:'", "journal/sql/journal_step_key"),
+        ("a step's key is formatted", KEY_FORMAT, "journal/sql/journal_step_key"),
+        ("the keys' prefix is named", r"\bKEY_PREFIX\s*=", "journal/keys.py"),
     ],
 )
 def test_each_rule_is_written_in_one_place(what: str, pattern: str, place: str) -> None:
@@ -127,3 +145,34 @@ def test_the_named_arguments_check_sees_a_positional_call() -> None:
     assert arguments == [["p_task => t", "s", "p_kind => k", "f(a, b)", "p_data => d"]]
     definition = "CREATE OR REPLACE FUNCTION journal_entry_add(p_task uuid)"
     assert _calls(definition, "journal_entry_add") == []
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "key = f\x22ao:{task_id}:{n}\x22",
+        "key = 'ao:' + str(task_id) + ':' + str(n)",
+        "key = f\x22{KEY_PREFIX}:{task_id}:{n}\x22",
+        "key = KEY_PREFIX + ':' + step_id(task_id, n)",
+        "key = ':'.join((KEY_PREFIX, str(task_id), str(n)))",
+        "key = '%s:%s:%s' % (KEY_PREFIX, task_id, n)",
+        "key = '{}:{}:{}'.format(KEY_PREFIX, task_id, n)",
+        "Q(key__startswith=f\x22ao:{q}:\x22)",
+        "OUR_PREFIX = \x22ao:\x22",
+        "SELECT 'ao' || p_task || ':' || p_n",
+    ],
+)
+def test_the_key_format_is_seen_however_it_is_written(written: str) -> None:
+    assert re.search(KEY_FORMAT, written, re.IGNORECASE | re.DOTALL), written
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "return f\x22{KEY_PREFIX}:notify:{task_id}:{entry_id}\x22",  # a notification's key
+        "return reference.startswith(f\x22{KEY_PREFIX}:\x22)",  # whether a key is ours
+        "is_our_key(reference)",
+    ],
+)
+def test_what_is_not_a_step_key_is_not_seen(written: str) -> None:
+    assert not re.search(KEY_FORMAT, written, re.IGNORECASE | re.DOTALL), written

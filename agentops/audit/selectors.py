@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Q, QuerySet
+from django.db.models import CharField, Count, Q, QuerySet
+from django.db.models.expressions import RawSQL
 
 from agentops.audit.models import AuditRun, Finding, FindingKind
 from agentops.effects import audits
@@ -37,10 +38,22 @@ def _search(q: str) -> Q:
     q = q.strip()
     if not q:
         return Q()
-    found = Q(key=q) | Q(effect_id=q) | Q(key__startswith=f"ao:{q}:")
+    found = Q(key=q) | Q(effect_id=q)
     with contextlib.suppress(ValueError):
-        found |= Q(task_id=uuid.UUID(q))
+        task = uuid.UUID(q)
+        found |= Q(task_id=task) | Q(key__startswith=_keys_of(task))
     return found
+
+
+def _keys_of(task: uuid.UUID) -> RawSQL:
+    """What every key of the task's steps starts with, by the key format's one function
+    (journal/sql/journal_step_key): its key for a step 0, less the 0. A finding that no step
+    made (no_step) has no task, only a key: it is found by its task's id this way."""
+    return RawSQL(
+        "left(journal_step_key(p_task => %s::uuid, p_n => 0), -1)",
+        [str(task)],
+        output_field=CharField(),
+    )
 
 
 def finding_list(

@@ -96,6 +96,7 @@ from agentops.effects._registry import (
 )
 from agentops.effects._schema import FORMATS, NO_CONTROL, StrictValidator, schema_problems
 from agentops.effects._tool import Money, Tool
+from journal.keys import is_our_key
 from journal.outcomes import Interrupted, NotSent, Observation, Outcome, Reply
 from journal.protocols import Call, CostClass, Decision, Finish, StepFact, TaskFacts
 
@@ -118,6 +119,7 @@ __all__ = [
     "UnsafeName",
     "entries_add",
     "entry",
+    "is_our_key",
     "object_key",
     "provider_event_observed",
     "same_object",

@@ -14,13 +14,12 @@ import pytest
 from django.test import override_settings
 
 from agentops.tools import tool_registry
-from journal.keys import step_key
 from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from journal.protocols import Call
 from journal.record import task_create
 from journal.run import Advance, task_advance
-from tests.journal.support import ScriptedPlanner, invoice
+from tests.journal.support import ScriptedPlanner, invoice, step_key
 from tests.sandbox.fixtures import SandboxHandle, stripe_client, wait_for
 
 pytestmark = pytest.mark.usefixtures("committed", "clean_faults")

@@ -186,6 +186,18 @@ class ScriptedPlanner:
         return Finish("all done")
 
 
+def step_key(task_id: uuid.UUID | str, n: int) -> str:
+    """The key step ``n`` of the task has or will have, from the one function that formats
+    keys (journal/sql/journal_step_key): a test that needs one before its step is recorded."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT journal_step_key(p_task => %s::uuid, p_n => %s)", [str(task_id), n])
+        row = cursor.fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 def invoice() -> str:
     """A business reference no other test uses (tests share one committed database)."""
     return f"INV-{uuid.uuid4().hex[:10]}"

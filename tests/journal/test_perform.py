@@ -9,7 +9,6 @@ import psycopg
 import pytest
 from django.db import connection
 
-from journal.keys import step_key
 from journal.leases import lease_acquire
 from journal.models import Entry, EntryKind, Step, Task
 from journal.perform import step_perform
@@ -25,6 +24,7 @@ from tests.journal.support import (
     SimulatedCrash,
     charge,
     invoice,
+    step_key,
 )
 
 pytestmark = pytest.mark.usefixtures("committed")

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
 
+from journal.keys import KEY_PREFIX, is_our_key
 from journal.sqlfiles import sql_files, sql_newest
 from tests.databases import owner_connection
+from tests.journal.support import step_key
 
 pytestmark = pytest.mark.usefixtures("committed")
 
@@ -185,3 +188,13 @@ def test_a_file_once_written_never_changes() -> None:
             f"{file.path.name} changed or is not in SHA256SUMS: write "
             f"{file.name}.{file.version + 1:03d}.sql and a migration that loads it instead"
         )
+
+
+def test_the_keys_prefix_is_the_one_the_key_format_writes() -> None:
+    """A step's key is formatted only by journal_step_key; Python names only its prefix
+    (journal.keys.KEY_PREFIX, for a compensation's and a notification's keys and to tell our
+    keys in a provider's records). The two agree."""
+    task = uuid.uuid4()
+    key = step_key(task, 3)
+    assert key == f"{KEY_PREFIX}:{task}:3"
+    assert is_our_key(key) and not is_our_key(f"x{key}")
