@@ -17,8 +17,9 @@ By concern:
   workers, what it watches;
 - ``mcp``: the mcp harness's clients, agent and the owners of its intents' tasks;
 - ``progress``: the progress bar;
-- ``details``: what the run keeps beside its logs (the journal of each slow task);
-- ``code``: the code a run ran, recorded with its figures.
+- ``details``: what the run keeps beside its logs (the journal of each slow task).
+
+The code a run ran, recorded with its figures, is devtools.chaos.code's.
 """
 
 from devtools.chaos.report import MUST_BE_ZERO

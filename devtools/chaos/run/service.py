@@ -18,11 +18,11 @@ from django.test import override_settings
 
 from devtools.chaos.agent import asks_of
 from devtools.chaos.audit import audit_journal, audit_mcp, audit_naive, duplicates_figures
+from devtools.chaos.code import code_ran
 from devtools.chaos.ledgers import Ledgers, faults_counted
 from devtools.chaos.plan import plan_make
 from devtools.chaos.report import verdict
 from devtools.chaos.run.base import HARNESSES, queue_to_itself
-from devtools.chaos.run.code import code_ran
 from devtools.chaos.run.details import timelines
 from devtools.chaos.run.driver import Driver
 from devtools.chaos.run.mcp import agent_start, mcp_owners, model_said
