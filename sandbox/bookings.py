@@ -12,7 +12,7 @@ import datetime as dt
 import time
 from typing import Any
 
-from sandbox.provider import Provider, list_window
+from sandbox.provider import Provider, list_window, prune_made_before
 from sandbox.server import base_arg_parser, serve
 from sandbox.wire import JSON, ApiError, Request, invalid, missing, new_id
 
@@ -65,6 +65,13 @@ class Bookings(Provider):
             if not isinstance(full, list) or not all(isinstance(h, str) for h in full):
                 raise invalid("full_hotels must be a list of hotel names.", "full_hotels")
         super().apply_config(changes)
+
+    def prune_objects(self, before: float) -> None:
+        prune_made_before(self.holds, before)
+        prune_made_before(self.hotels, before)
+
+    def held(self) -> JSON:
+        return {**super().held(), "holds": len(self.holds), "bookings": len(self.hotels)}
 
     def reset_objects(self) -> None:
         self.holds.clear()
@@ -206,7 +213,11 @@ def main() -> None:
     parser = base_arg_parser("python -m sandbox.bookings")
     parser.add_argument("--hold-expiry", type=float, default=900.0, help="hold lifetime, s")
     args = parser.parse_args()
-    serve(Bookings(key_lifetime=args.key_lifetime, hold_expiry=args.hold_expiry), args.port)
+    serve(
+        Bookings(key_lifetime=args.key_lifetime, hold_expiry=args.hold_expiry),
+        args.port,
+        retain_seconds=args.retain_seconds,
+    )
 
 
 if __name__ == "__main__":

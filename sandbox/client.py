@@ -51,7 +51,8 @@ class SandboxClient:
 
     def about(self) -> JSON:
         """The health answer: ``provider``, ``boot_id`` (new with every process: a restart
-        shows as a new one) and ``started_at``."""
+        shows as a new one), ``started_at``, ``retain_seconds`` and ``retained_since`` (what
+        it may still show), and ``held`` (how many objects, ledger entries and keys)."""
         answer: JSON = self._call("GET", "/_sandbox/health")
         return answer
 

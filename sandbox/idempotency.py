@@ -29,7 +29,9 @@ class _Saved:
     created: float
     running: bool = True
     status: int = 0
-    body: JSON = field(default_factory=dict)
+    # The reply as JSON text: a fraction of the memory of the objects it decodes to, and a
+    # copy by construction (each replay decodes its own).
+    body: str = "{}"
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -90,7 +92,7 @@ class IdempotencyStore:
             headers["Idempotent-Replayed"] = "true"
             if "Request-Id" in headers:
                 headers["Original-Request"] = headers["Request-Id"]
-            return Response(saved.status, json.loads(json.dumps(saved.body)), headers)
+            return Response(saved.status, json.loads(saved.body), headers)
 
     def finish(self, key: str, response: Response) -> None:
         with self._lock:
@@ -102,9 +104,22 @@ class IdempotencyStore:
                 return
             saved.running = False
             saved.status = response.status
-            saved.body = json.loads(json.dumps(response.body))
+            saved.body = json.dumps(response.body)
             saved.headers = dict(response.headers)
             saved.created = time.monotonic()
+
+    def prune(self, *, older_than: float) -> int:
+        """Forget every finished key saved more than ``older_than`` seconds ago, expired or
+        not (the provider's retention: see ``Provider.prune``); how many."""
+        cutoff = time.monotonic() - older_than
+        with self._lock:
+            old = [k for k, s in self._items.items() if not s.running and s.created < cutoff]
+            for key in old:
+                del self._items[key]
+        return len(old)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def abandon(self, key: str) -> None:
         with self._lock:

@@ -11,7 +11,7 @@ import copy
 import re
 import time
 
-from sandbox.provider import Provider, list_window
+from sandbox.provider import Provider, list_window, prune_made_before
 from sandbox.server import base_arg_parser, serve
 from sandbox.wire import JSON, Request, invalid, missing, new_id
 
@@ -33,6 +33,12 @@ class Mail(Provider):
 
     def forget(self, object_id: str) -> bool:
         return self.messages.pop(object_id, None) is not None
+
+    def prune_objects(self, before: float) -> None:
+        prune_made_before(self.messages, before)
+
+    def held(self) -> JSON:
+        return {**super().held(), "messages": len(self.messages)}
 
     def send(self, request: Request) -> JSON:
         p = request.params
@@ -83,7 +89,7 @@ class Mail(Provider):
 
 def main() -> None:
     args = base_arg_parser("python -m sandbox.mail").parse_args()
-    serve(Mail(key_lifetime=args.key_lifetime), args.port)
+    serve(Mail(key_lifetime=args.key_lifetime), args.port, retain_seconds=args.retain_seconds)
 
 
 if __name__ == "__main__":

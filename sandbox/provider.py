@@ -35,6 +35,15 @@ if TYPE_CHECKING:
 # Settings whose values /_sandbox/config accepts but never returns.
 SECRET_SETTINGS = frozenset({"webhook_secret"})
 
+# A provider forgets what it made longer ago than this (``--retain-seconds``): its objects,
+# its ledger, its fault log and its idempotency keys, so that its memory is bounded by what
+# it is asked in that time and a demo can be left running for weeks. A week is longer than
+# any key lives and than the provider audit's daily window looks back.
+DEFAULT_RETAIN_SECONDS = 7 * 86400.0
+# How often, at most, a request finds the provider pruning first (seconds; the setting
+# prune_every_seconds).
+PRUNE_EVERY_SECONDS = 5.0
+
 
 @dataclass
 class Route:
@@ -62,7 +71,12 @@ class Provider:
         )
         self.faults = FaultSet()
         self.server: SandboxServer | None = None
-        self.config: JSON = {"key_lifetime": key_lifetime}
+        self.config: JSON = {
+            "key_lifetime": key_lifetime,
+            "retain_seconds": DEFAULT_RETAIN_SECONDS,
+            "prune_every_seconds": PRUNE_EVERY_SECONDS,
+        }
+        self._pruned_at = time.monotonic()
         # Which run of the provider answers: a restart (a new process) has a new one, and has
         # forgotten every object the last one held. agentops' audit notices it by this.
         self.boot_id = new_id("boot_", 16)
@@ -103,10 +117,38 @@ class Provider:
         """Subclasses validate and apply their own settings, then call super()."""
         if "key_lifetime" in changes:
             self.idempotency.lifetime = float(changes["key_lifetime"])
+        for name in ("retain_seconds", "prune_every_seconds"):
+            if name in changes:
+                seconds = float(changes[name])
+                if seconds <= 0:
+                    raise invalid(f"{name} must be positive", name)
+                changes[name] = seconds
         self.config.update(changes)
 
     def reset_objects(self) -> None:
         """Subclasses clear their objects."""
+
+    def prune_objects(self, before: float) -> None:
+        """Subclasses drop the objects they made before ``before`` (Unix seconds); the caller
+        holds the lock."""
+
+    def prune(self, *, now: float | None = None) -> None:
+        """Forget everything made more than ``retain_seconds`` ago: objects, ledger entries,
+        faults logged and idempotency keys (a key past retention is a new request, even one
+        whose lifetime has not run out)."""
+        retain = float(self.config["retain_seconds"])
+        before = (time.time() if now is None else now) - retain
+        with self.lock:
+            prune_listed_before(self.ledger, before)
+            prune_listed_before(self.fault_log, before)
+            self.prune_objects(before)
+        self.idempotency.prune(older_than=retain)
+
+    def _prune_due(self) -> None:
+        now = time.monotonic()
+        if now - self._pruned_at >= float(self.config["prune_every_seconds"]):
+            self._pruned_at = now
+            self.prune()
 
     def forget(self, object_id: str) -> bool:
         """Subclasses drop the object ``object_id`` from their records (its lists, its
@@ -147,12 +189,26 @@ class Provider:
     # -- admin endpoints
 
     def _health(self, request: Request) -> JSON:
+        retain = float(self.config["retain_seconds"])
         return {
             "ok": True,
             "provider": self.name,
             "boot_id": self.boot_id,
             "started_at": self.started_at,
+            # What it may still show: nothing from before it started, nor older than this.
+            "retain_seconds": retain,
+            "retained_since": max(self.started_at, time.time() - retain),
+            "held": self.held(),
         }
+
+    def held(self) -> JSON:
+        """How much it holds now (its memory's measure): subclasses add their objects."""
+        with self.lock:
+            return {
+                "ledger": len(self.ledger),
+                "fault_log": len(self.fault_log),
+                "idempotency_keys": len(self.idempotency),
+            }
 
     def _ledger(self, request: Request) -> JSON:
         key = request.query.get("key")
@@ -237,6 +293,7 @@ class Provider:
 
         Raises :class:`DropConnection` for faults that end without a reply.
         """
+        self._prune_due()
         fault: Fault | None = None
         if route.operation is not None:
             fault = self.faults.take(route.operation)
@@ -327,6 +384,28 @@ class Provider:
             raw, content_type = lie
             return Response(200, {}, dict(response.headers), raw=raw, content_type=content_type)
         return response
+
+
+def prune_listed_before(entries: list[JSON], before: float, field: str = "at") -> None:
+    """Drop from ``entries`` (appended to in time order) those of ``field`` before
+    ``before``."""
+    cut = 0
+    while cut < len(entries) and float(entries[cut][field]) < before:
+        cut += 1
+    del entries[:cut]
+
+
+def prune_made_before(objects: dict[str, JSON], before: float) -> list[str]:
+    """Drop from ``objects`` (kept in the order they were made) those ``created`` before
+    ``before``; their ids."""
+    gone = []
+    for object_id, obj in objects.items():
+        if float(obj["created"]) >= before:
+            break
+        gone.append(object_id)
+    for object_id in gone:
+        del objects[object_id]
+    return gone
 
 
 def created_window(params: JSON, items: list[JSON]) -> list[JSON]:

@@ -329,11 +329,19 @@ def base_arg_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--key-lifetime", type=float, default=86400.0, help="idempotency key lifetime, s"
     )
+    parser.add_argument(
+        "--retain-seconds",
+        type=float,
+        default=None,
+        help="forget what was made longer ago than this, s (default: a week)",
+    )
     return parser
 
 
-def serve(provider: Provider, port: int) -> None:
+def serve(provider: Provider, port: int, *, retain_seconds: float | None = None) -> None:
     """Listen on 127.0.0.1:port, print the ready line, run until SIGTERM/SIGINT."""
+    if retain_seconds is not None:
+        provider.apply_config({"retain_seconds": retain_seconds})
     server = SandboxServer(port, provider)
     stop = threading.Event()
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sandbox.provider import Provider
+from sandbox.provider import Provider, prune_made_before
 from sandbox.server import base_arg_parser, serve
 from sandbox.wire import JSON, ApiError, Request, invalid, missing, new_id
 
@@ -65,6 +65,10 @@ class Support(Provider):
     def reset_objects(self) -> None:
         self.notes.clear()
         self.credits.clear()
+
+    def prune_objects(self, before: float) -> None:
+        prune_made_before(self.notes, before)
+        prune_made_before(self.credits, before)
 
     # -- orders
 
@@ -173,7 +177,7 @@ def _listed(objects: Iterable[JSON], **wanted: Any) -> JSON:
 
 def main() -> None:
     args = base_arg_parser("python -m examples.support.sandbox").parse_args()
-    serve(Support(key_lifetime=args.key_lifetime), args.port)
+    serve(Support(key_lifetime=args.key_lifetime), args.port, retain_seconds=args.retain_seconds)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def main() -> None:
             provider,
             {"number": number, "amount_due": amount, "currency": currency, "customer_email": email},
         )
-    serve(provider, args.port)
+    serve(provider, args.port, retain_seconds=args.retain_seconds)
 
 
 if __name__ == "__main__":

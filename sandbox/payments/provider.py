@@ -25,7 +25,7 @@ from sandbox.payments.refunds import (
     refund_retrieve,
     refunds_list,
 )
-from sandbox.provider import Provider
+from sandbox.provider import Provider, prune_listed_before, prune_made_before
 from sandbox.wire import JSON, ApiError, Request, Response, invalid, missing
 
 PaymentsHandler = Callable[["Payments", Request], Response | JSON]
@@ -126,6 +126,34 @@ class Payments(Provider):
         self.invoices.clear()
         self.order.clear()
         self.webhooks.clear()
+
+    def prune_objects(self, before: float) -> None:
+        """PaymentIntents and their charges, refunds, events and webhook deliveries made
+        before ``before``; the invoices (the system of record, seeded) stay."""
+        for pi_id in prune_made_before(self.intents, before):
+            self.created_at.pop(pi_id, None)
+            self.order.pop(pi_id, None)
+        for object_id in prune_made_before(self.charges, before):
+            self.order.pop(object_id, None)
+        for object_id in prune_made_before(self.refunds, before):
+            self.order.pop(object_id, None)
+        cut = 0
+        while cut < len(self.events) and float(self.events[cut]["created"]) < before:
+            self.order.pop(self.events[cut]["id"], None)
+            cut += 1
+        del self.events[:cut]
+        prune_listed_before(self.webhooks.deliveries, before)
+
+    def held(self) -> JSON:
+        return {
+            **super().held(),
+            "payment_intents": len(self.intents),
+            "charges": len(self.charges),
+            "refunds": len(self.refunds),
+            "events": len(self.events),
+            "deliveries": len(self.webhooks.deliveries),
+            "invoices": len(self.invoices),
+        }
 
     def forget(self, object_id: str) -> bool:
         """A PaymentIntent (with its charges), a refund or a charge, gone from the records."""
