@@ -1,8 +1,8 @@
 """What the shipped kinds give agentops, through its public API (``agentops.effects``): their
 tools, kinds, intents (served over MCP) and playbooks, how their providers' effects are listed
 for the provider audit, the sandbox providers that stand in for Stripe, a mail API and a
-bookings API, the customer's payment page and Stripe's webhook, and the task page's link to
-the customer's page and its "Retry payment" action."""
+bookings API, the customer's payment page and Stripe's webhook, the task page's link to
+the customer's page and its "Retry payment" action, and the demo's tasks (``make run``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from commerce.audits import AUDITS
 from commerce.customers.links import payment_link
 from commerce.customers.selectors import PaymentState, payment_of
 from commerce.customers.services import PaymentRefused, payment_retry
+from commerce.demo import DEMO_TASKS
 from commerce.intents import INTENTS
 from commerce.kinds import KINDS
 from commerce.tools.bookings import BookHotel, CancelHotel, HoldFlight, ReleaseFlight
@@ -100,6 +101,8 @@ effects.register_sandbox(
         settings={"BOOKINGS_API_BASE": "{url}"},
     )
 )
+
+effects.register_demo(*DEMO_TASKS)
 
 effects.register_urls("pay/", "commerce.customers.urls")
 effects.register_urls("webhooks/", "commerce.urls")

@@ -67,12 +67,20 @@ def test_manage_says_what_to_set_when_run_was_given_its_servers(var: Path) -> No
 
 
 def test_the_summary_names_the_address_the_login_and_the_customers_pages() -> None:
-    pages = [{"invoice": "INV-2292", "shows": "declined", "url": "http://h/pay/t/"}]
+    pages = [
+        {
+            "task": "INV-2292",
+            "label": "Customer's page",
+            "shows": "declined",
+            "url": "http://h/pay/t/",
+        }
+    ]
     first = "\n".join(
         summary_lines("http://h", {"login": "operator", "password": "pw-1", "pages": pages})
     )
     assert "agentops is up at http://h/" in first
     assert "log in as operator, password pw-1" in first and "http://h/pay/t/" in first
+    assert "  customer's page of INV-2292 (declined):" in first.splitlines()
     later = "\n".join(summary_lines("http://h", {"login": "operator", "password": None}))
     assert "password shown on the first run" in later and "changepassword operator" in later
     assert len(first.splitlines()) <= 10  # short
@@ -88,7 +96,9 @@ def test_demo_seed_summary_is_one_json_object_with_the_demo_customers_pages() ->
     summary = json.loads(out.getvalue())  # nothing else was printed
     assert summary["login"] == "operator"
     [declined, paid] = summary["pages"]
-    assert declined["invoice"] == "INV-2292" and paid["invoice"] == "INV-2291"
+    assert declined["task"] == "INV-2292" and paid["task"] == "INV-2291"
+    assert declined["label"] == paid["label"] == "Customer's page"
+    assert declined["shows"] == "declined: pay with another card" and paid["shows"] == "paid"
     prefix = "http://127.0.0.1:8000/pay/"
     assert declined["url"].startswith(prefix)
     link = link_of(declined["url"].removeprefix(prefix).rstrip("/"))

@@ -20,15 +20,16 @@ class Problem(Schema):
 
 
 class TaskIn(Schema):
-    kind: str = Field(description="renewal, trip or reminders")
+    kind: str = Field(description="The task's kind: one an installed app declares.")
     goal: str = Field(description="What the task is for, in words (at most 2000 characters).")
     refs: dict[str, Any] = Field(
         default_factory=dict, description="The business references the kind's schema asks for."
     )
     plan: list[dict[str, Any]] | None = Field(
         default=None,
-        description='A saga\'s plan: [{"tool": "hold_flight"}, {"tool": "charge_customer", '
-        '"hold": true}, …]; the kind\'s own when left out.',
+        description='A saga\'s plan: [{"tool": "<a tool of the kind>"}, {"tool": "<another>", '
+        '"hold": true}, …], "hold" holding that step for a person\'s approval; the kind\'s '
+        "own when left out.",
     )
 
 

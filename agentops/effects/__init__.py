@@ -13,6 +13,7 @@ Put an ``effects.py`` in your app (it is found the way ``admin.py`` is) and decl
     effects.register_kind(effects.Kind(name="goodwill", ...))
     effects.register_intent(effects.Intent(name="refund_order", ...))  # served over MCP
     effects.register_audit(SupportDeskAudit)  # how the provider audit lists its effects
+    effects.register_demo(effects.DemoTask(kind="goodwill", ...))  # what `make run` starts
 
 Everything a tool or kind declares exists to prevent one failure; :class:`Tool` and
 :class:`Kind` say which. ``manage.py check`` refuses a misdeclared tool or kind at start-up.
@@ -77,6 +78,7 @@ from agentops.effects._kind import (
 )
 from agentops.effects._registry import (
     ActionRefused,
+    DemoTask,
     Sandbox,
     TaskAction,
     TaskLink,
@@ -85,6 +87,7 @@ from agentops.effects._registry import (
     kind_get,
     kinds,
     register_action,
+    register_demo,
     register_kind,
     register_link,
     register_playbook,
@@ -134,6 +137,7 @@ __all__ = [
     "Check",
     "CostClass",
     "Decision",
+    "DemoTask",
     "Finish",
     "HttpTool",
     "Intent",
@@ -178,6 +182,7 @@ __all__ = [
     "plan_problems",
     "refs_object",
     "register_action",
+    "register_demo",
     "register_kind",
     "register_link",
     "register_playbook",

@@ -1,5 +1,6 @@
-"""What the installed apps declare: their tools, kinds, playbooks, sandbox providers, pages
-and task actions — found the Django way (each app's ``effects`` module, like ``admin``).
+"""What the installed apps declare: their tools, kinds, playbooks, sandbox providers, pages,
+task actions and demo tasks — found the Django way (each app's ``effects`` module, like
+``admin``).
 
 A Django app gives agentops its own tools and kinds by having an ``effects.py`` that calls
 the ``register_*`` functions (``agentops.effects``). ``agentops``' app config imports every
@@ -72,6 +73,22 @@ class TaskLink:
     url: Callable[[Any], str | None]
 
 
+@dataclass(frozen=True)
+class DemoTask:
+    """A task an app starts for the demo ``make run`` shows (``manage.py demo_seed``), once.
+
+    Its goal is shown prefixed with ``Demo:``. With ``shows``, the summary ``make run`` ends
+    with links to the task's pages (each :class:`TaskLink` of the installed apps that gives
+    it one), named ``name`` and saying what they show once a worker has run it (``"paid"``);
+    in the order the tasks were declared."""
+
+    kind: str
+    goal: str
+    refs: Mapping[str, Any]
+    name: str = ""
+    shows: str = ""
+
+
 @dataclass
 class Registry:
     tools: dict[str, Callable[[], Tool]] = field(default_factory=dict)
@@ -81,6 +98,7 @@ class Registry:
     urls: list[tuple[str, str]] = field(default_factory=list)
     actions: dict[str, TaskAction] = field(default_factory=dict)
     links: list[TaskLink] = field(default_factory=list)
+    demos: list[DemoTask] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     """Declarations refused as they were made (a name twice): the start-up checks say so."""
 
@@ -140,6 +158,11 @@ def register_action(action: TaskAction) -> TaskAction:
 def register_link(link: TaskLink) -> TaskLink:
     registry.links.append(link)
     return link
+
+
+def register_demo(*tasks: DemoTask) -> None:
+    """Tasks for the demo ``make run`` starts (``manage.py demo_seed``)."""
+    registry.demos.extend(tasks)
 
 
 def autodiscover() -> None:

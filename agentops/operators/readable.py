@@ -4,8 +4,9 @@ before and on hover, and how long ago or how soon), and JSON pretty, collapsible
 with those two readings beside the numbers they explain.
 
 Pure and escaped: text from outside (a provider's evidence, a model's arguments) is only
-ever text here. Built in Python rather than in templates, as the timeline is: a 200-step page
-renders six hundred values.
+ever text here, and no name of any app's domain is: which names tell most about an effect
+is what the installed apps' tools and kinds declare. Built in Python rather than in
+templates, as the timeline is: a 200-step page renders six hundred values.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from functools import lru_cache
 from html import escape
 from typing import Any
 
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
+from agentops.effects import kinds, registry, tools
 from agentops.money import money_text
 
 # Epoch seconds a provider may send for an instant (a hold's expiry): 2001-09-09 to 2286.
@@ -128,28 +131,35 @@ def json_html(value: Any, *, label: str = "", open_: bool = False) -> SafeString
     )
 
 
-# The names that say most about an effect, in the order a person looks for them.
-TELLING = (
-    "charge",
-    "payment_intent",
-    "refund",
-    "booking",
-    "hold",
-    "message",
-    "id",
-    "invoice",
-    "reference",
-    "email",
-)
+# The names any effect may be known by, after those its tool declares.
+GENERIC_TELLING = ("id", "reference")
+
+
+def telling() -> tuple[str, ...]:
+    """The names that say most about an effect, in the order a person looks for them: what
+    the installed tools declare proves their effects and finds them (their evidence, then
+    the ids people search by), an id and a reference, then where the kinds keep their
+    business references (an order, a ticket)."""
+    return _telling(tuple(registry.tools), tuple(registry.kinds))
+
+
+@lru_cache(maxsize=4)
+def _telling(tool_names: tuple[str, ...], kind_names: tuple[str, ...]) -> tuple[str, ...]:
+    try:
+        declared = [n for tool in tools().values() for n in tool.searchable]
+    except Exception:  # a tool that cannot be made: the start-up checks say so (E116)
+        declared = []
+    references = [path.split(".")[-1] for kind in kinds().values() for path in kind.references]
+    return tuple(dict.fromkeys([*declared, *GENERIC_TELLING, *references]))
 
 
 def preview(value: Any) -> str:
     """A collapsed JSON's one line: its amount as people read it, else its most telling
-    identifiers (``charge ch_1 · status succeeded``)."""
+    identifiers (``payment_intent pi_1 · charge ch_1``)."""
     if not isinstance(value, Mapping):
         return ""
     shown = money_of(value)
-    names = [n for n in TELLING if _scalar(value.get(n))]
+    names = [n for n in telling() if _scalar(value.get(n))]
     names += [n for n in sorted(value, key=str) if n not in names and _scalar(value.get(n))]
     parts = [f"{n} {value[n]}" for n in names if n not in ("amount", "currency")][:2]
     text = " · ".join(([shown] if shown else []) + parts)

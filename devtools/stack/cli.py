@@ -224,7 +224,8 @@ def cmd_run() -> int:
 
 def summary_lines(address: str, summary: dict[str, Any]) -> list[str]:
     """The few lines `run` ends its start-up with: where to go, how to log in, and the
-    customer's pages of the demo."""
+    pages of the demo's tasks (the customer's pages of two renewals, as the shipped kinds
+    declare them)."""
     rule = "-" * 72
     lines = [rule, f"agentops is up at {address}/"]
     if summary.get("password"):
@@ -238,7 +239,8 @@ def summary_lines(address: str, summary: dict[str, Any]) -> list[str]:
             "first run (python scripts/stack.py manage -- changepassword operator sets another)"
         )
     for page in summary.get("pages") or ():
-        lines.append(f"  customer's page of {page['invoice']} ({page['shows']}):")
+        label = page["label"][:1].lower() + page["label"][1:]  # "customer's page"
+        lines.append(f"  {label} of {page['task']} ({page['shows']}):")
         lines.append(f"    {page['url']}")
     lines.append("  Ctrl-C stops everything; a web server, worker or sweeper that dies restarts")
     lines.append(rule)

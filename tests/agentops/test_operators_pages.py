@@ -149,6 +149,16 @@ def test_money_times_and_json_are_shown_as_people_read_them() -> None:
     assert "(in " in str(when_html(1e10 - 1)) and "ago)" in str(when_html(1.5e9))
 
 
+def test_a_collapsed_json_leads_with_the_names_the_installed_apps_declare() -> None:
+    """Which names tell most is what the tools and kinds declare, not a list of the shipped
+    domain's words: the example's credit (evidence ``id``) and its ticket (a goodwill task's
+    reference) come before the rest, in alphabetical order."""
+    credit = {"amount_note": "x", "channel": "c-1", "ticket": "T-1", "id": "cr_1"}
+    assert preview(credit) == "id cr_1 · ticket T-1"
+    charge = {"status": "succeeded", "charge": "ch_1", "payment_intent": "pi_1"}
+    assert preview(charge) == "payment_intent pi_1 · charge ch_1"  # its evidence, then ids
+
+
 def test_a_task_page_is_titled_by_its_reference_and_its_times_are_machine_readable() -> None:
     c = client_for(user("Operators (read-only)"))
     inv = invoice()

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import secrets
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import django_rq
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.test import Client
+from django.test import Client, override_settings
 
+from agentops.effects import DemoTask, TaskLink, registry
 from journal.leases import lease_acquire
 from journal.models import Task
 from journal.record import step_record, task_create
@@ -123,11 +126,65 @@ def test_demo_seed_creates_the_operator_once_and_prints_the_password_once() -> N
     assert "exists" in second.getvalue()
     assert " / " not in second.getvalue()
     # The demo tasks are started once, through the normal service (so their runs are queued).
-    demo = Task.objects.filter(goal__startswith="Demo:")
+    demo = Task.objects.filter(goal__startswith="Demo:", kind__in=("renewal", "trip", "reminders"))
     kinds = sorted(demo.values_list("kind", flat=True))
     assert kinds == ["reminders", "renewal", "renewal", "trip", "trip"]
     queued = [job.args[0] for job in django_rq.get_queue("default").get_jobs()]
     assert {str(pk) for pk in demo.values_list("pk", flat=True)} <= set(queued)
+
+
+@pytest.mark.usefixtures("committed")
+def test_demo_seed_starts_the_demo_the_installed_apps_declare(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The core's command knows no kind and no page: it starts the demo tasks the installed
+    apps declare (effects.register_demo), and the summary links the pages their links give."""
+    one, two = (f"T-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    refs = {"order": "O-5", "email": "ada@example.com", "amount": 500, "currency": "eur"}
+    ticket = DemoTask(
+        kind="goodwill",
+        goal=f"make good on ticket {one}",
+        refs={**refs, "ticket": one},
+        name=one,
+        shows="credit issued",
+    )
+    unnamed = DemoTask(
+        kind="goodwill", goal=f"make good on ticket {two}", refs={**refs, "ticket": two}
+    )
+    monkeypatch.setattr(registry, "demos", [ticket, unnamed])
+    page = TaskLink(label="Ticket page", url=lambda task: f"/tickets/{task.refs['ticket']}/")
+    monkeypatch.setattr(registry, "links", [page])
+    out = io.StringIO()
+    with override_settings(AGENTOPS_BASE_URL="http://h"):
+        call_command("demo_seed", "--summary", stdout=out)
+    summary = json.loads(out.getvalue())
+    goals = [f"Demo: make good on ticket {one}", f"Demo: make good on ticket {two}"]
+    started = Task.objects.filter(goal__in=goals).order_by("created_at")
+    assert [(t.kind, t.goal, t.refs["ticket"]) for t in started] == [
+        ("goodwill", goals[0], one),
+        ("goodwill", goals[1], two),
+    ]
+    # Only the task that says what it shows is in the summary, named as its app named it.
+    assert summary["pages"] == [
+        {
+            "task": one,
+            "label": "Ticket page",
+            "shows": "credit issued",
+            "url": f"http://h/tickets/{one}/",
+        }
+    ]
+    # Started once: a second run starts nothing more.
+    call_command("demo_seed", stdout=io.StringIO())
+    assert Task.objects.filter(goal__in=goals).count() == 2
+
+
+def test_the_core_names_none_of_the_shipped_kinds_demo() -> None:
+    """The demo's renewals and trips are the shipped kinds' app's (commerce/demo.py)."""
+    command = (ROOT / "agentops/management/commands/demo_seed.py").read_text()
+    named = re.findall(
+        r"\b(invoices?|renewals?|trips?|reminders?|INV-\d+|TRIP-\d+)\b", command, re.I
+    )
+    assert named == []
 
 
 def test_redis_is_a_real_server() -> None:

@@ -1,4 +1,5 @@
-"""Create what the demo needs to be explored: an operator who can log in to the admin."""
+"""Create what the demo needs to be explored: an operator who can log in to the admin, and
+the tasks the installed apps give the demo (``effects.register_demo``), started once."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, OutputWrapper
 from django.db import IntegrityError, transaction
 
-from agentops.effects import registry
+from agentops.effects import DemoTask, registry
 from agentops.runner import task_start
 from journal.models import Task
 
@@ -22,81 +23,25 @@ EMAIL = "operator@example.com"
 
 
 DEMO = "Demo:"
-DEMO_TASKS: list[tuple[str, str, dict[str, Any]]] = [
-    (
-        "renewal",
-        "renew Ada's subscription: charge INV-2291, email the receipt",
-        {"invoice": "INV-2291", "amount": 4900, "email": "ada@example.com"},
-    ),
-    (
-        "renewal",
-        "renew Grace's subscription (her card is declined)",
-        {
-            "invoice": "INV-2292",
-            "amount": 4900,
-            "email": "grace@example.com",
-            "payment_method": "pm_card_chargeDeclined",
-        },
-    ),
-    (
-        "trip",
-        "book Alan's trip to Lisbon",
-        {
-            "invoice": "TRIP-7",
-            "amount": 84000,
-            "email": "alan@example.com",
-            "flight": "TP1351",
-            "traveller": "Alan Turing",
-            "hotel": "Alfama",
-            "check_in": "2027-03-01",
-            "check_out": "2027-03-04",
-        },
-    ),
-    (
-        "trip",
-        "book Ada's conference trip (above 3,000.00: the charge waits for an operator)",
-        {
-            "invoice": "TRIP-8",
-            "amount": 420000,
-            "email": "ada@example.com",
-            "flight": "BA492",
-            "traveller": "Ada Lovelace",
-            "hotel": "Chiado",
-            "check_in": "2027-04-12",
-            "check_out": "2027-04-16",
-        },
-    ),
-    (
-        "reminders",
-        "remind two customers of overdue invoices",
-        {
-            "invoices": [
-                {"invoice": "INV-2101", "email": "edsger@example.com"},
-                {"invoice": "INV-2102", "email": "barbara@example.com"},
-            ]
-        },
-    ),
-]
 
 
-# The demo invoices whose customer's page the summary of `make run` links to, and what each
-# shows once the worker has run its task.
-CUSTOMER_PAGES = (
-    ("INV-2292", "declined: pay with another card"),
-    ("INV-2291", "paid"),
-)
+def demo_goal(task: DemoTask) -> str:
+    return f"{DEMO} {task.goal}"
 
 
 class Command(BaseCommand):
-    help = "Create the demo operator login if it is absent. Safe to run on every start."
+    help = (
+        "Create the demo operator login if it is absent, and start the installed apps' demo "
+        "tasks once. Safe to run on every start."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
             "--summary",
             action="store_true",
             help="Print only one JSON object: the login, its password when it was created "
-            "now (else null), and the demo invoices' customer pages. `make run` shows it "
-            "once the app is up.",
+            "now (else null), and the pages of the demo tasks their apps point to. `make run` "
+            "shows it once the app is up.",
         )
         parser.add_argument(
             "--wait",
@@ -111,8 +56,8 @@ class Command(BaseCommand):
         if not options["summary"]:
             self._operator()
             self._tasks()
-            for page in self._customer_pages():
-                self.stdout.write(f"Customer's page of {page['invoice']}: {page['url']}")
+            for page in self._pages():
+                self.stdout.write(f"{page['label']} of {page['task']}: {page['url']}")
             return
         quiet = OutputWrapper(io.StringIO())
         self.stdout, kept = quiet, self.stdout
@@ -122,7 +67,7 @@ class Command(BaseCommand):
         finally:
             self.stdout = kept
         self._settled(within=options["wait"])
-        summary = {"login": USERNAME, "password": password, "pages": self._customer_pages()}
+        summary = {"login": USERNAME, "password": password, "pages": self._pages()}
         self.stdout.write(json.dumps(summary))
 
     def _settled(self, *, within: float) -> None:
@@ -131,31 +76,40 @@ class Command(BaseCommand):
         while demo.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
 
-    def _customer_pages(self) -> list[dict[str, str]]:
-        """The demo invoices' customer pages (as the shipped kinds link a task to it), with
-        AGENTOPS_BASE_URL before the path."""
+    def _pages(self) -> list[dict[str, str]]:
+        """The pages of the demo tasks that say what they show (each app's links to a task,
+        such as a customer's page), with AGENTOPS_BASE_URL before the path."""
         pages = []
-        for invoice, shows in CUSTOMER_PAGES:
-            task = (
-                Task.objects.filter(goal__startswith=DEMO, refs__invoice=invoice)
-                .order_by("created_at")
-                .first()
-            )
+        for demo in registry.demos:
+            if not demo.shows:
+                continue
+            task = Task.objects.filter(goal=demo_goal(demo)).order_by("created_at").first()
             for link in registry.links if task is not None else ():
                 path = link.url(task)
                 if path:
-                    url = f"{settings.AGENTOPS_BASE_URL}{path}"
-                    pages.append({"invoice": invoice, "shows": shows, "url": url})
-                    break
+                    pages.append(
+                        {
+                            "task": demo.name or demo.goal,
+                            "label": link.label,
+                            "shows": demo.shows,
+                            "url": f"{settings.AGENTOPS_BASE_URL}{path}",
+                        }
+                    )
         return pages
 
     def _tasks(self) -> None:
-        """A few tasks to watch, started once: the worker runs them as soon as it is up."""
-        if Task.objects.filter(goal__startswith=DEMO).exists():
-            return
-        for kind, goal, refs in DEMO_TASKS:
-            task_start(kind=kind, goal=f"{DEMO} {goal}", refs=refs, actor="demo_seed")
-        self.stdout.write(f"Demo tasks started: {len(DEMO_TASKS)}.")
+        """The installed apps' demo tasks, each started once (by its goal): the worker runs
+        them as soon as it is up."""
+        started = 0
+        for demo in registry.demos:
+            if Task.objects.filter(goal=demo_goal(demo)).exists():
+                continue
+            task_start(
+                kind=demo.kind, goal=demo_goal(demo), refs=dict(demo.refs), actor="demo_seed"
+            )
+            started += 1
+        if started:
+            self.stdout.write(f"Demo tasks started: {started}.")
 
     def _operator(self) -> str | None:
         """Create the login unless it exists; its password when created now, else None."""

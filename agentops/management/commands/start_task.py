@@ -1,4 +1,5 @@
-"""Start a task: ``manage.py start_task renewal --goal "…" --refs '{"invoice": …}'``."""
+"""Start a task: ``manage.py start_task <kind> --goal "…" --refs '{…}'`` (README, "Quick start",
+has one of the shipped kinds')."""
 
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ class Command(BaseCommand):
     help = "Record a task and enqueue its runner."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("kind", help="renewal, trip or reminders (agentops/kinds.py)")
+        parser.add_argument("kind", help="the task's kind: one an installed app declares")
         parser.add_argument("--goal", required=True)
         parser.add_argument("--refs", default="{}", help="business references, as JSON")
         parser.add_argument(
             "--plan",
             default=None,
-            help='a saga\'s plan, as JSON: [{"tool": "hold_flight"}, {"tool": "charge_customer", '
-            '"hold": true}, ...] (default: the kind\'s own)',
+            help='a saga\'s plan, as JSON: [{"tool": "<a tool of the kind>"}, {"tool": '
+            '"<another>", "hold": true}, ...], "hold" holding that step for a person\'s '
+            "approval (default: the kind's own)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
