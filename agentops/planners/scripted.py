@@ -9,7 +9,7 @@ rephrased decision as invalid arguments for everyone to see.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -22,15 +22,30 @@ class NoPlaybook(LookupError):
     """The scripted planner has no playbook for this kind (its app registers none)."""
 
 
+# How many tasks' last situations the planner remembers (a worker's planner lives as long as
+# the worker): enough to notice being asked again, never more memory as tasks go by.
+REMEMBERED_TASKS = 4096
+
+
 class ScriptedPlanner:
     max_duration = timedelta(0)  # it answers at once
 
     def __init__(self) -> None:
-        self.asked: Counter[tuple[str, int]] = Counter()
+        # Per task, the situation it was last asked about (its number of steps) and how often:
+        # the newest REMEMBERED_TASKS tasks, a task forgotten once it is finished.
+        self.asked: OrderedDict[str, tuple[int, int]] = OrderedDict()
+
+    def _times_asked(self, task_id: str, n: int) -> int:
+        last, times = self.asked.pop(task_id, (n, 0))
+        times = times + 1 if last == n else 1
+        self.asked[task_id] = (n, times)
+        while len(self.asked) > REMEMBERED_TASKS:
+            self.asked.popitem(last=False)
+        return times
 
     def decide(self, facts: TaskFacts) -> Decision:
-        situation = (facts.task_id, len(facts.steps))
-        self.asked[situation] += 1
+        task_id = str(facts.task_id)
+        times = self._times_asked(task_id, len(facts.steps))
         playbook = registry.playbooks.get(facts.kind)
         if playbook is None:
             raise NoPlaybook(
@@ -38,13 +53,12 @@ class ScriptedPlanner:
                 "registers none (agentops.effects.register_playbook)"
             )
         decision = playbook(facts)
-        if isinstance(decision, Call) and self.asked[situation] > 1:
+        if not isinstance(decision, Call):
+            self.asked.pop(task_id, None)  # finished: never asked about again
+            return decision
+        if times > 1:
             return Call(decision.tool, _rephrase(decision.args), raw={"rephrased": True})
-        return (
-            Call(decision.tool, decision.args, raw={"playbook": facts.kind})
-            if isinstance(decision, Call)
-            else decision
-        )
+        return Call(decision.tool, decision.args, raw={"playbook": facts.kind})
 
 
 def _rephrase(args: Mapping[str, Any]) -> dict[str, Any]:
