@@ -22,6 +22,7 @@ from journal.leases import lease_acquire
 from journal.models import Entry, Step, Task
 from journal.outcomes import Outcome
 from journal.record import step_record, task_create
+from journal.run import task_advance
 from journal.settle import step_settle
 from tests.agentops.test_business_effects import (  # noqa: F401 (world: a fixture)
     charges_of,
@@ -30,7 +31,9 @@ from tests.agentops.test_business_effects import (  # noqa: F401 (world: a fixtu
     world,
 )
 from tests.databases import owner_connection
-from tests.journal.support import ChargeTool, Provider, charge, invoice
+from tests.journal.support import ChargeTool, Provider, ScriptedPlanner, charge, invoice
+from tests.journal.test_sagas import SagaRules
+from tests.journal.test_sagas import world as saga_world
 from tests.sandbox.fixtures import SandboxHandle
 
 pytestmark = pytest.mark.usefixtures("committed")
@@ -288,13 +291,131 @@ def test_a_step_is_never_born_settled(
                 retries, refusal, undo_tool, state, detail, outcome, attempts, lookups,
                 decision, created_at, settled_at)
             SELECT id, step_count + 1, 'call', 'charge_customer', '{{}}'::jsonb,
-                   'ao:' || id || ':' || (step_count + 1), 'full', NULL, false, 0, %s, '',
+                   journal_step_key(p_task => id, p_n => step_count + 1), 'full', NULL, false,
+                   0, %s, '',
                    %s, 'forged', %s::jsonb, 0, 0, '{{}}'::jsonb, now(), {settled}
               FROM journal_task WHERE id = %s
             """,  # noqa: S608
             [refusal, state, outcome, task.pk],
         )
     assert payment_of(invoice=inv) == before
+
+
+# Each is refused by the rule for the state it is born in (journal/sql/journal_step_born),
+# not by the one before it (a runnable task, a live lease, its own number): that is passed.
+BORN_UNDER_A_LEASE = {
+    "done": (
+        "done",
+        "",
+        '{"state": "done", "evidence": {"charge": "ch_FORGED"}}',
+        "now()",
+        "a call step is never recorded done",
+    ),
+    "unknown": (
+        "unknown",
+        "",
+        '{"reason": "timed out", "evidence": {"charge": "ch_X"}}',
+        "NULL",
+        "a call step is never recorded unknown",
+    ),
+    "refusal with evidence": (
+        "not_done",
+        "in_flight",
+        '{"proof": "refused", "evidence": {"charge": "ch_FORGED"}}',
+        "now()",
+        "never attempted and with no evidence",
+    ),
+    "pending with evidence": (
+        "pending",
+        "",
+        '{"evidence": {"charge": "ch_FORGED"}}',
+        "NULL",
+        "carries no outcome yet",
+    ),
+}
+
+
+@pytest.mark.parametrize("forged", sorted(BORN_UNDER_A_LEASE))
+@pytest.mark.parametrize("as_owner", [False, True], ids=["app", "owner"])
+def test_a_step_is_never_born_settled_even_under_a_live_lease(
+    app_sql: psycopg.Connection[tuple[object, ...]], forged: str, as_owner: bool
+) -> None:
+    """The same attack on a task that can still advance: take its lease as these
+    credentials can (the columns of a lease are the app's to write), number the step as
+    the task counts it, and insert it settled. The birth rule refuses it by its state."""
+    task = task_create(kind="renewal", goal="renew", refs=renewal_refs(invoice()))
+    state, refusal, outcome, settled, rule = BORN_UNDER_A_LEASE[forged]
+    params = owner_connection().get_connection_params() if as_owner else None
+    with contextlib.ExitStack() as stack:
+        conn = (
+            stack.enter_context(psycopg.connect(**params, autocommit=True))
+            if params is not None
+            else app_sql
+        )
+        taken = conn.execute(
+            """
+            UPDATE journal_task
+               SET lease_owner = 'foothold', lease_token = lease_token + 1,
+                   lease_taken_at = now(), lease_expires_at = now() + interval '1 minute',
+                   step_count = step_count + 1, version = version + 1
+             WHERE id = %s AND status = 'runnable'
+            RETURNING step_count
+            """,
+            [task.pk],
+        ).fetchall()
+        assert taken == [(1,)]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=rule) as refused:
+            conn.execute(
+                f"""
+                INSERT INTO journal_step (task_id, n, kind, tool, args, key, cost, guard,
+                    once, retries, refusal, undo_tool, state, detail, outcome, attempts,
+                    lookups, decision, created_at, settled_at)
+                SELECT id, step_count, 'call', 'charge_customer', '{{}}'::jsonb,
+                       journal_step_key(p_task => id, p_n => step_count), 'full', NULL,
+                       false, 0, %s, '', %s, 'forged', %s::jsonb, 0, 0, '{{}}'::jsonb,
+                       now(), {settled}
+                  FROM journal_task WHERE id = %s
+                """,  # noqa: S608
+                [refusal, state, outcome, task.pk],
+            )
+        assert "recorded only for a runnable task" not in str(refused.value)
+    assert not Step.objects.filter(task=task).exists()
+
+
+@pytest.mark.parametrize("as_owner", [False, True], ids=["app", "owner"])
+def test_an_undo_link_cannot_name_the_undo_of_another_step_of_the_task(
+    app_sql: psycopg.Connection[tuple[object, ...]], as_owner: bool
+) -> None:
+    """Two charges of one saga, the second refunded and the first not (its refund was
+    refused): the second's done refund is a real undo of the same task, but not of the
+    first charge, so it cannot mark the first as undone (journal/sql/journal_step_rules)."""
+    provider, tools = saga_world()
+    tools["charge"].script = ["ok", "ok", "refuse"]
+    tools["refund"].script = ["ok", "refuse"]
+    task = task_create(kind="trip", goal="saga", plan=[{"tool": "charge"}])
+    task_advance(
+        task_id=task.pk,
+        planner=ScriptedPlanner([charge(invoice()), charge(invoice()), charge(invoice())]),
+        tools=tools,
+        rules=SagaRules(),
+    )
+    made = {s.n: s for s in Step.objects.filter(task=task, kind="call")}
+    first, second, undo = made[1], made[2], made[4]
+    assert (first.state, second.state, undo.state) == ("done", "done", "done")
+    assert (undo.tool, undo.offsets_id, second.offset_by_id) == ("refund", second.pk, undo.pk)
+    assert (made[5].tool, made[5].offsets_id, made[5].state) == ("refund", first.pk, "not_done")
+    params = owner_connection().get_connection_params() if as_owner else None
+    with contextlib.ExitStack() as stack:
+        conn = (
+            stack.enter_context(psycopg.connect(**params, autocommit=True))
+            if params is not None
+            else app_sql
+        )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="recorded as its undo"):
+            conn.execute(
+                "UPDATE journal_step SET offset_by_id = %s WHERE id = %s", [undo.pk, first.pk]
+            )
+    assert Step.objects.get(pk=first.pk).offset_by_id is None
 
 
 @pytest.mark.usefixtures("committed", "world", "clean_faults")
@@ -309,7 +430,8 @@ def test_a_finish_step_is_written_only_as_its_task_ends(
                 INSERT INTO journal_step (task_id, n, kind, tool, args, key, cost, once,
                     retries, refusal, undo_tool, state, detail, outcome, attempts, lookups,
                     decision, created_at, settled_at)
-                VALUES (%s, 1, 'finish', %s, %s::jsonb, 'ao:' || %s || ':1', '', false, 0, '',
+                VALUES (%s, 1, 'finish', %s, %s::jsonb,
+                        journal_step_key(p_task => %s::uuid, p_n => 1), '', false, 0, '',
                         '', 'done', 'paid', '{"evidence": {"charge": "ch_FORGED"}}', 0, 0,
                         '{}', now(), now())
                 """,
