@@ -7,8 +7,9 @@ side being misconfigured. Before, 13 of 30 renewals behind a misdirected address
 step is ``not_done`` (nothing happened) and the task goes to a person with its own code;
 resumed after the fix, it charges — once.
 
-And a runner that cannot even be built (an unknown ``PLANNER``) is refused by ``manage.py
-check``, and at run time hands its task to a person as a counted failed run.
+And a runner that cannot even be built (an unknown ``PLANNER``, a tool whose making fails on
+a missing setting, a tool wrapper that does not import) is refused by ``manage.py check``,
+and at run time hands its task to a person as a counted failed run.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
+from agentops.effects._registry import registry
 from agentops.runner import steps_reconcile_now, task_resume, task_run, task_start
 from commerce.customers.selectors import PaymentState, payment_of
-from journal.models import Step, Task
+from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from tests.agentops.test_business_effects import charges_of, renewal_refs, run
 from tests.agentops.workers import quiet_world
@@ -195,3 +198,51 @@ def test_a_model_planner_without_its_key_is_refused_at_start_up(
         call_command("check")
     with override_settings(PLANNER=planner, **{f"{planner.upper()}_API_KEY": "k"}):
         call_command("check")
+
+
+def _broken_charge() -> Any:
+    raise ImproperlyConfigured("STRIPE_API_KEY is not set")
+
+
+@contextmanager
+def unbuildable_tool(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The charge tool's making fails, as one reading a missing setting would."""
+    with monkeypatch.context() as patched:
+        patched.setitem(registry.tools, "charge_customer", _broken_charge)
+        yield "ImproperlyConfigured: STRIPE_API_KEY is not set"
+
+
+@contextmanager
+def unimportable_wrapper(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A tool wrapper (TOOL_WRAPPERS) named by a path that does not import."""
+    with override_settings(TOOL_WRAPPERS=["agentops.no_such_module.wrap"]):
+        yield "agentops.no_such_module"
+
+
+@pytest.mark.parametrize("unbuilt", [unbuildable_tool, unimportable_wrapper])
+def test_a_tool_that_cannot_be_built_hands_the_task_to_a_person_as_one_failed_run(
+    world: dict[str, Any],
+    payments_sandbox: SandboxHandle,
+    mail_sandbox: SandboxHandle,
+    monkeypatch: pytest.MonkeyPatch,
+    unbuilt: Callable[[pytest.MonkeyPatch], AbstractContextManager[str]],
+) -> None:
+    inv = invoice()
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
+    with unbuilt(monkeypatch) as said:
+        assert task_run(task_id=task.pk).stopped == "needs_human"
+        flagged = Task.objects.get(pk=task.pk)
+        assert (flagged.status, flagged.attention_code) == ("needs_human", "misconfigured")
+        assert said in flagged.attention and "could not be built" in flagged.attention
+        assert flagged.failed_runs == 1
+        # Rung again while still broken: no crash loop; it waits for its person, flagged once.
+        assert task_run(task_id=task.pk).stopped == "needs_human"
+        assert Task.objects.get(pk=task.pk).status == "needs_human"
+        assert Entry.objects.filter(task=task, kind=EntryKind.TASK_FLAGGED).count() == 1
+    assert not Step.objects.filter(task=task).exists()
+    assert charges_of(payments_sandbox, inv) == []
+
+    # Fixed; a person resumes it, and it charges once.
+    assert task_resume(task_id=task.pk, actor="ops", reason="setting restored") == "runnable"
+    assert run(task, policy=POLICY).stopped == "finished"
+    assert [c["status"] for c in charges_of(payments_sandbox, inv)] == ["succeeded"]
