@@ -14,7 +14,8 @@ apps (auth, sessions, admin, axes) are the framework's business: the app gets pl
 ``SELECT, INSERT, UPDATE, DELETE`` on them.
 
 The freeze that holds even for writes the app may make (a settled step, a task's goal and
-refs) is a trigger: ``agentops/migrations/0003_journal_frozen_facts.py``.
+refs) is a trigger: ``journal/sql/journal_step_settled_frozen`` and
+``journal_task_facts_frozen``. docs/design.md §4 says why each column listed here is safe.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ APP_COLUMNS: dict[str, Columns] = {
             "created_at",
         ),
     ),
-    # An approval is decided once and used once (journal migration 0005's trigger).
+    # An approval is decided once and used once (the trigger journal/sql/journal_approval_rules).
     "journal_approval": Columns(
         updatable=("state", "decided_by", "decided_at", "decision_reason", "used_by_id"),
         frozen=("id", "task_id", "tool", "args", "digest", "reason", "requested_at", "expires_at"),
