@@ -8,8 +8,13 @@ those files into the tables of the README's section "Proof: the chaos run" → "
     python -m devtools.chaos.figures --write README.md  # put them between the markers
     python -m devtools.chaos.figures --check README.md  # exit 1 if the README differs
 
-A test (tests/agentops/test_chaos.py) checks that the README holds exactly what the files
-say. Pure: JSON in, Markdown out; no Django.
+Each run's column names the commit it ran. Figures of other code than the current commit's
+are refused: ``--write`` and ``--check`` exit 1 (and write nothing) when a run's product
+(devtools.chaos.code.PRODUCT) differs from the current commit's, was not as committed when
+it ran, or was not recorded; ``--allow-stale`` writes them anyway, and printing only warns.
+
+A test (tests/agentops/test_chaos_figures.py) checks that the README holds exactly what the
+files say. JSON in, Markdown out, and git asked for the current commit's trees; no Django.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from devtools.chaos.code import code_differs, product_trees
 
 FIGURES_DIR = Path(__file__).resolve().parents[2] / "docs" / "chaos"
 BEGIN = "<!-- chaos figures: begin (python -m devtools.chaos.figures --write README.md) -->"
@@ -59,6 +66,15 @@ def _or_dash(value: Any) -> Any:
 def _mcp(value: Callable[[Run], Any]) -> Callable[[Run], Any]:
     """A figure only the mcp harness has ("—" for the others)."""
     return lambda r: value(r) if r["harness"] == "mcp" else "—"
+
+
+def _commit(run: Run) -> str:
+    """The commit a run ran (its first ten digits), "(changed)" if the product's files were
+    not as committed; "—" for a run that predates the record."""
+    code = run.get("code") or {}
+    if not code.get("commit"):
+        return "—"
+    return str(code["commit"])[:10] + ("" if code.get("clean") is True else " (changed)")
 
 
 def _answers(run: Run) -> str:
@@ -116,6 +132,7 @@ ROWS: Sequence[Row] = (
     ("Stripe library retries", lambda r: r["world"]["stripe_max_network_retries"]),
     ("wall (s)", lambda r: f"{r['wall_s']:.1f}"),
     ("exit status", lambda r: 0 if r["ok"] else 1),
+    ("commit", _commit),
 )
 
 
@@ -198,14 +215,42 @@ def readme_block(text: str) -> str:
     return text[start:end]
 
 
+def runs_stale(runs: Sequence[Run], current: Mapping[str, str] | None) -> list[str]:
+    """A sentence for each run whose figures are not of the current product (``current``:
+    the current commit's trees, devtools.chaos.code.product_trees); empty when all are."""
+    stale = []
+    for run in runs:
+        why = code_differs(run.get("code"), current)
+        if why is not None:
+            stale.append(f"seed {run['seed']} {run['harness']}: {why}")
+    return stale
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=FIGURES_DIR)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--write", type=Path, metavar="README", help="replace the block there")
     group.add_argument("--check", type=Path, metavar="README", help="exit 1 if it differs")
+    parser.add_argument(
+        "--allow-stale",
+        action="store_true",
+        help="write (or pass) figures of other code than the current commit's",
+    )
     options = parser.parse_args(argv)
-    block = render(runs_load(options.dir))
+    runs = runs_load(options.dir)
+    block = render(runs)
+    stale = runs_stale(runs, product_trees())
+    for sentence in stale:
+        print(f"not the current code's figures: {sentence}", file=sys.stderr)
+    refuse = bool(stale) and not options.allow_stale
+    if refuse and (options.write is not None or options.check is not None):
+        print(
+            'refused: run them again on the current commit (README, "Figures"), or pass '
+            "--allow-stale",
+            file=sys.stderr,
+        )
+        return 1
     if options.write is not None:
         text = options.write.read_text()
         options.write.write_text(text.replace(readme_block(text), block))

@@ -16,6 +16,7 @@ from agentops.effects import intent_get
 from agentops.mcp.services import Asked, intent_asked
 from devtools.chaos import agent as mcp
 from devtools.chaos.audit import answers_untrue
+from devtools.chaos.code import PRODUCT
 from devtools.chaos.ledgers import Ledgers
 from devtools.chaos.plan import TaskSpec, plan_make
 from devtools.chaos.report import MUST_BE_ZERO
@@ -272,6 +273,7 @@ def test_a_small_mcp_chaos_run_tells_its_agent_only_the_truth(tmp_path: Path) ->
     for name in MUST_BE_ZERO:
         assert figures[name] == 0, (name, figures["examples"])
     assert figures["untrue_answers"] == 0 and figures["code"]["commit"]
+    assert set(figures["code"]["product"]) == set(PRODUCT)  # the trees it ran, recorded
     # Every conversation was answered (no trip: they have no intent), through the server
     # as production runs it, killed once mid-run.
     assert figures["tasks"] == 30 - figures["world"]["not_offered"]
