@@ -29,6 +29,7 @@ from agentops.kinds import (
     TaskRefused,
     kind_get,
     plan_problems_of,
+    planner_bound,
     rules_for,
     task_problems,
     tools_for,
@@ -138,7 +139,9 @@ def task_run(*, task_id: UUID) -> Advance:
     owner = f"{socket.gethostname()}:{os.getpid()}"
     try:
         tools = tools_for(task)
-        planner, policy, rules = planner_get(tools), task_policy(task), rules_for(task)
+        policy, rules = task_policy(task), rules_for(task)
+        # What the kind binds into a call (the customer's link) is the harness's to write.
+        planner = planner_bound(planner_get(tools), rules)
     except Exception as exc:  # a setting, a key, an import: never a crash loop nobody sees
         log.exception("task %s: its runner could not be built", task_id, extra=_task(task_id))
         unbuilt = task_unbuildable(

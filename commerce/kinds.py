@@ -12,6 +12,7 @@ from typing import Any
 
 from agentops.effects import (
     NO_CONTROL,
+    Append,
     Bind,
     Kind,
     OneOf,
@@ -24,6 +25,7 @@ from agentops.effects import (
     refs_object,
 )
 from agentops.money import money_text
+from commerce.customers.links import email_link
 from commerce.tools.email import EMAIL_PATTERN
 
 # Anchored patterns let one trailing newline through ($ matches before it): NO_CONTROL too.
@@ -108,6 +110,8 @@ KINDS: tuple[Kind, ...] = (
                 Ref("to", "email"),
                 Ref("reference", "invoice"),
                 OneOf("purpose", ("receipt", "payment_failed")),
+                # The customer's page, bound to the task: the harness ends the email with it.
+                Append("body", email_link),
             ),
         },
         money_caps=RENEWAL_CAPS,
@@ -156,6 +160,7 @@ KINDS: tuple[Kind, ...] = (
                 Ref("to", "email"),
                 Ref("reference", "invoice"),
                 OneOf("purpose", ("itinerary", "notice")),
+                Append("body", email_link),
             ),
         },
         money_caps=TRIP_CAPS,

@@ -1,5 +1,8 @@
 """How the scripted planner (``PLANNER=scripted``: the demo and the tests) decides for the
-shipped kinds: deterministic playbooks, registered in ``commerce/effects.py``."""
+shipped kinds: deterministic playbooks, registered in ``commerce/effects.py``.
+
+They write no link to the customer's page: the harness ends each email with it, whichever
+planner wrote the email (``Append`` in commerce/kinds.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ from typing import Any
 from agentops.effects import Call, Decision, Finish, Refusal, StepFact, StepState, TaskFacts
 from agentops.money import money_text
 from commerce.customers.declines import decline_in
-from commerce.customers.links import payment_url
 
 
 def _last(facts: TaskFacts, tool: str) -> StepFact | None:
@@ -39,7 +41,6 @@ def renewal(facts: TaskFacts) -> Decision:
     if email is None:
         paid = charge.state == StepState.DONE
         amount = money_text(r["amount"], r.get("currency", "usd"))
-        page = payment_url(r["invoice"], facts.task_id)
         decline = decline_in(charge.detail)
         return Call(
             "send_email",
@@ -47,12 +48,10 @@ def renewal(facts: TaskFacts) -> Decision:
                 "to": r["email"],
                 "subject": f"{'Receipt' if paid else 'Payment failed'} for {r['invoice']}",
                 "body": (
-                    f"We received your payment of {amount} for {r['invoice']}. Thank you.\n\n"
-                    f"Your receipt: {page}"
+                    f"We received your payment of {amount} for {r['invoice']}. Thank you."
                     if paid
                     else f"Your payment of {amount} for {r['invoice']} did not go through: "
-                    f"{decline.reason} No money has been taken.\n\n"
-                    f"Pay with another card: {page}"
+                    f"{decline.reason} No money has been taken."
                 ),
                 "reference": r["invoice"],
                 "purpose": "receipt" if paid else "payment_failed",
@@ -86,8 +85,7 @@ def trip(facts: TaskFacts) -> Decision:
             "subject": f"Your trip {r['invoice']}",
             "body": (
                 f"Flight {r['flight']}, hotel {r['hotel']} from {r['check_in']} to "
-                f"{r['check_out']}.\n\nYour payment and trip: "
-                f"{payment_url(r['invoice'], facts.task_id)}"
+                f"{r['check_out']}."
             ),
             "reference": r["invoice"],
             "purpose": "itinerary",

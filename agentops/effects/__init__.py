@@ -61,6 +61,7 @@ from agentops.effects._journal import (
     task_start,
 )
 from agentops.effects._kind import (
+    Append,
     Bind,
     Check,
     Kind,
@@ -105,6 +106,7 @@ from journal.protocols import Call, CostClass, Decision, Finish, StepFact, TaskF
 
 __all__ = [
     "ActionRefused",
+    "Append",
     "Audit",
     "ProviderEffect",
     "audits",

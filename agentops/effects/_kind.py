@@ -156,7 +156,30 @@ class Own:
         return Check(offsets=step.n)
 
 
-Bind = Ref | OneOf | Row | Own
+@dataclass(frozen=True)
+class Append:
+    """The harness, not the model, ends the text argument ``arg`` with ``text(facts, args)``
+    (a paragraph; None: nothing to add): a fact of the task that the model is not trusted to
+    write or copy — the customer's signed link to its payment page — as :class:`Ref` makes
+    the recipient the task's. It is added to each call of the tool, whichever planner decided
+    it, before the call is checked and recorded (``KindRules.filled``): the journal holds
+    what is sent, every attempt sends the same, and an approval is asked for it whole."""
+
+    arg: str
+    text: Callable[[TaskFacts, Mapping[str, Any]], str | None]
+
+    def check(self, args: Mapping[str, Any], refs: Mapping[str, Any], facts: TaskFacts) -> Check:
+        return Check()  # written by the harness: nothing of the model's to refuse
+
+    def fill(self, args: Mapping[str, Any], facts: TaskFacts) -> dict[str, Any]:
+        value = args.get(self.arg)
+        added = self.text(facts, args) if isinstance(value, str) else None
+        if not added:
+            return dict(args)
+        return {**args, self.arg: f"{str(value).rstrip()}\n\n{added}"}
+
+
+Bind = Ref | OneOf | Row | Own | Append
 
 
 @dataclass(frozen=True)
@@ -184,7 +207,8 @@ class Kind:
       schema cannot say (an amount under the cap, a stay of a night or more).
     - ``binds``: per tool the kind may use (an allowlist: any other is an unknown tool), how
       its arguments must relate to the refs — the amount, the invoice, the recipient are
-      the task's, whatever the model proposes; an undo targets only this task's own effect.
+      the task's, whatever the model proposes; an undo targets only this task's own effect;
+      and what the harness writes into them itself (:class:`Append`: the customer's link).
     - ``money_caps``: minor units a task may move in all, per currency, over every tool
       that declares its ``money`` (done, in flight or unknown); a currency not listed is
       refused.
@@ -380,6 +404,15 @@ class KindRules:
 
     def verify_before(self, *, tool: str) -> bool:
         return self.kind.saga is not None and tool in self.kind.saga.verify_before
+
+    def filled(self, *, tool: str, args: Mapping[str, Any], facts: TaskFacts) -> dict[str, Any]:
+        """The call's arguments with what the kind's binds write into them (:class:`Append`),
+        before the call is checked and recorded: whatever the planner, the harness binds it."""
+        filled = dict(args)
+        for bind in self.kind.binds.get(tool, ()):
+            if isinstance(bind, Append):
+                filled = bind.fill(filled, facts)
+        return filled
 
     def _order(self, tool: str, facts: TaskFacts) -> Refused | None:
         """An irreversible step of a saga waits for every planned step that might fail."""

@@ -8,6 +8,8 @@ shown a page that says how to get a new link (``views.link_refused``)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -17,7 +19,7 @@ from django.core import signing
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from agentops.effects import Task
+from agentops.effects import Task, TaskFacts
 
 SALT = "commerce.customers.payment"
 
@@ -104,3 +106,39 @@ def invoice_of(token: str) -> str | None:
     """The invoice a genuine, unexpired, bound token names; None otherwise."""
     link = link_of(token)
     return None if link.problem else link.invoice
+
+
+# --- The link in the customer's emails ------------------------------------------------------
+
+# What the paragraph that ends each email the page is about says, by the email's purpose.
+EMAIL_LINKS = {
+    "receipt": "Your receipt: {url}",
+    "payment_failed": "Pay with another card: {url}",
+    "itinerary": "Your payment and trip: {url}",
+    "notice": "Your trip and its payment: {url}",
+}
+TOKEN_IN_TEXT = re.compile(r"/pay/(?P<token>[^/\s]+)/")
+
+
+def carries_link(text: str, invoice: str, task_id: str) -> bool:
+    """Whether ``text`` has a genuine, unexpired link to ``invoice``'s page bound to the task."""
+    for found in TOKEN_IN_TEXT.finditer(text):
+        link = link_of(found.group("token"))
+        if link.problem is None and (link.invoice, link.task_id) == (invoice, str(task_id)):
+            return True
+    return False
+
+
+def email_link(facts: TaskFacts, args: Mapping[str, Any]) -> str | None:
+    """The paragraph the harness ends a customer's email with (``agentops.effects.Append``,
+    commerce/kinds.py): the invoice's page, bound to this task, whichever planner wrote the
+    email; a model is not trusted to copy a signed link. None for an email the page is not
+    about, or one that carries a genuine link to it already (the same email decided again)."""
+    says = EMAIL_LINKS.get(str(args.get("purpose")))
+    invoice = facts.refs.get("invoice")
+    if says is None or not isinstance(invoice, str) or not invoice:
+        return None
+    body = args.get("body")
+    if isinstance(body, str) and carries_link(body, invoice, facts.task_id):
+        return None
+    return says.format(url=payment_url(invoice, facts.task_id))

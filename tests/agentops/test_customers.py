@@ -24,6 +24,8 @@ from django.contrib.auth.models import Group
 from django.core import signing
 from django.test import Client, override_settings
 
+from agentops.kinds import planner_bound, rules_for
+from agentops.planners.scripted import ScriptedPlanner
 from agentops.runner import task_start
 from commerce import playbooks
 from commerce.customers.links import SALT, link_of, payment_link, payment_token
@@ -476,12 +478,23 @@ def test_a_broken_expired_or_unbound_link_gets_a_page_that_says_how_to_get_a_new
 
 
 # --- The link in the customer's emails -------------------------------------------------------
+#
+# The harness ends each email with it (commerce/kinds.py's Append), whichever planner wrote the
+# email: here the scripted playbooks, through the planner a task's runner uses; the model
+# planners' tests do the same with a model (tests/agentops/planners).
 
 
 def _link_in(body: str) -> str:
     found = re.search(r"https://shop\.example\.com(/pay/[^/\s]+/)", body)
     assert found, body
     return found.group(1)
+
+
+def _decided(task: Task, facts: TaskFacts) -> Call:
+    """What the task's runner would record: the scripted planner, through the harness."""
+    decision = planner_bound(ScriptedPlanner(), rules_for(task)).decide(facts)
+    assert isinstance(decision, Call) and decision.tool == "send_email", decision
+    return decision
 
 
 @override_settings(CUSTOMER_BASE_URL="https://shop.example.com")
@@ -500,10 +513,10 @@ def test_the_receipt_and_payment_failed_emails_carry_the_page_bound_to_their_tas
         key=f"ao:{task.pk}:1",
     )
     facts = TaskFacts(task_id=str(task.pk), kind="renewal", goal="", refs=task.refs, steps=[charge])
-    email = playbooks.renewal(facts)
-    assert isinstance(email, Call) and email.tool == "send_email"
-    body = email.args["body"]
-    assert ("Your receipt:" if paid else "Pay with another card:") in body
+    # The playbook writes the message; the link is not its to write.
+    assert "/pay/" not in playbooks.renewal(facts).args["body"]  # type: ignore[union-attr]
+    body = _decided(task, facts).args["body"]
+    assert ("\n\nYour receipt: " if paid else "\n\nPay with another card: ") in body
     if not paid:
         assert "does not have enough funds" in body and "HTTP 402" not in body
     link = link_of(_link_in(body).split("/")[2])
@@ -529,7 +542,55 @@ def test_the_itinerary_email_carries_the_page_bound_to_its_trip() -> None:
     ]
     plan = [{"tool": t} for t in ("hold_flight", "book_hotel", "charge_customer", "send_email")]
     facts = TaskFacts(task_id=str(task.pk), kind="trip", goal="", refs=refs, steps=done, plan=plan)
-    email = playbooks.trip(facts)
-    assert isinstance(email, Call) and email.args["purpose"] == "itinerary"
+    email = _decided(task, facts)
+    assert email.args["purpose"] == "itinerary"
+    assert "\n\nYour payment and trip: https://shop.example.com/pay/" in email.args["body"]
     link = link_of(_link_in(email.args["body"]).split("/")[2])
     assert (link.problem, link.invoice, link.task_id) == (None, refs["invoice"], str(task.pk))
+
+
+@override_settings(CUSTOMER_BASE_URL="https://shop.example.com")
+def test_an_email_is_given_the_genuine_link_once_whatever_its_writer_put_in_it() -> None:
+    inv = invoice()
+    task = renewal(inv)
+    rules = rules_for(task)
+    facts = TaskFacts(task_id=str(task.pk), kind="renewal", goal="", refs=task.refs, steps=[])
+    email = {
+        "to": "ada@example.com",
+        "subject": f"Receipt for {inv}",
+        "body": "Paid, thank you.",
+        "reference": inv,
+        "purpose": "receipt",
+    }
+
+    def links(body: str) -> list[str]:
+        return re.findall(r"/pay/[^/\s]+/", body)
+
+    once = rules.filled(tool="send_email", args=email, facts=facts)
+    assert links(once["body"]) and len(links(once["body"])) == 1
+    assert {k: v for k, v in once.items() if k != "body"} == {
+        k: v for k, v in email.items() if k != "body"
+    }
+    # Decided again with the body it was shown (its genuine link in it): not given a second.
+    assert rules.filled(tool="send_email", args=once, facts=facts) == once
+    # A link the writer made up, or another task's, is not the page: the genuine one is added.
+    other = renewal(invoice())
+    forged = {
+        **email,
+        "body": "Pay here: https://shop.example.com/pay/made-up/ or "
+        f"https://shop.example.com{payment_link(inv, other.pk)}",
+    }
+    added = rules.filled(tool="send_email", args=forged, facts=facts)["body"]
+    assert len(links(added)) == 3
+    assert link_of(_link_in(added.split("\n\n")[-1]).split("/")[2]).task_id == str(task.pk)
+    # A call of a tool the kind writes nothing into is left as the planner wrote it.
+    charge = {"invoice": inv, "amount": 4900, "currency": "usd", "payment_method": "pm_card_visa"}
+    assert rules.filled(tool="charge_customer", args=charge, facts=facts) == charge
+    # So is an email of a kind that writes no link into its emails (reminders).
+    reminders = task_start(
+        kind="reminders",
+        goal="remind",
+        refs={"invoices": [{"invoice": inv, "email": "ada@example.com"}]},
+    )
+    reminder = {**email, "purpose": "reminder", "reminder": 1}
+    assert rules_for(reminders).filled(tool="send_email", args=reminder, facts=facts) == reminder

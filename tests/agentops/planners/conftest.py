@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.test import override_settings
 
+from agentops.runner import task_run, task_start
 from agentops.tools import tool_registry
+from commerce.customers.links import link_of
 from journal.models import Step, Task
 from journal.policy import Policy
 from journal.protocols import Planner, StepFact, TaskFacts
 from journal.record import task_create
 from journal.run import task_advance
 from tests.agentops.planners.fakes import FakeModelServer, serve
+from tests.sandbox.fixtures import SandboxHandle, http_json
 
 AT_ONCE = Policy(lookup_schedule=(0.0, 0.0, 0.0))
 
@@ -65,6 +70,40 @@ def run_renewal(planner: Planner, inv: str) -> tuple[Task, list[Step]]:
     task.refresh_from_db()
     assert result.stopped == task.status
     return task, list(Step.objects.filter(task=task).order_by("n"))
+
+
+def run_renewal_by_its_runner(inv: str, timeout: float = 30) -> tuple[Task, list[Step]]:
+    """A renewal started and run as a worker runs it (agentops.runner.task_run: the planner
+    PLANNER names, through the harness), in this process, until it stops."""
+    goal, refs = renewal_goal(inv)
+    task = task_start(kind="renewal", goal=goal, refs=refs)
+    deadline = time.monotonic() + timeout
+    while True:
+        task_run(task_id=task.pk)
+        task.refresh_from_db()
+        if task.status in ("finished", "needs_human", "cancelled"):
+            return task, list(Step.objects.filter(task=task).order_by("n"))
+        assert time.monotonic() < deadline, f"task {task.pk} still {task.status}"
+        time.sleep(0.05)
+
+
+CUSTOMER_BASE_URL = "https://shop.example.com"
+
+
+def customer_link_in(task: Task, email: Step, mail: SandboxHandle, *, wrote: str) -> str:
+    """The model wrote ``wrote`` as the email's body; assert the harness ended it with the
+    customer's page, bound to the task, and that the customer received that; its token."""
+    body = email.args["body"]
+    assert body.startswith(wrote + "\n\nYour receipt: " + CUSTOMER_BASE_URL + "/pay/"), body
+    found = re.fullmatch(r"(?s).*\n\nYour receipt: \S+/pay/(?P<token>[^/\s]+)/", body)
+    assert found, body
+    link = link_of(found.group("token"))
+    assert (link.problem, link.invoice, link.task_id) == (None, task.refs["invoice"], str(task.pk))
+    # What the mail provider delivered: the body the journal holds, link and all.
+    sent = http_json("GET", f"{mail.url}/v1/messages/{email.evidence['message']}")
+    assert sent.status == 200 and sent.body["body"] == body, sent.body
+    assert len(mail.client.ledger(key=email.key)) == 1
+    return found.group("token")
 
 
 def facts_with(*steps: StepFact) -> TaskFacts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -15,10 +16,13 @@ from journal.models import Entry, EntryKind, Step, Task
 from journal.outcomes import StepState
 from journal.protocols import Call, Finish, StepFact
 from tests.agentops.planners.conftest import (
+    CUSTOMER_BASE_URL,
     charge_args,
+    customer_link_in,
     facts_with,
     receipt_args,
     run_renewal,
+    run_renewal_by_its_runner,
 )
 from tests.agentops.planners.fakes import (
     FakeModelServer,
@@ -131,6 +135,35 @@ def test_a_renewal_completes_with_the_tool_results_sent_back(
     assert email_block["content"].startswith(
         "status: done — send_email for receipt:" + inv + " happened"
     )
+
+
+@pytest.mark.usefixtures("committed", "clean_faults", "providers")
+def test_the_receipt_the_model_writes_reaches_the_customer_with_the_link_to_its_page(
+    fake_model: FakeModelServer, mail_sandbox: SandboxHandle
+) -> None:
+    """The model writes the receipt without the customer's link (it is never given one to
+    copy); the harness, not the model, ends the email with it, as it binds the recipient."""
+    inv = invoice()
+    script = [
+        anthropic_tool_use("charge_customer", charge_args(inv)),
+        anthropic_tool_use("send_email", receipt_args(inv)),
+        anthropic_text(f"Charged {inv} and emailed the receipt."),
+    ]
+    fake_model.script.extend(copy.deepcopy(script))
+    with override_settings(
+        PLANNER="anthropic",
+        ANTHROPIC_API_KEY=API_KEY,
+        ANTHROPIC_BASE_URL=fake_model.url,
+        ANTHROPIC_MODEL="claude-test",
+        CUSTOMER_BASE_URL=CUSTOMER_BASE_URL,
+    ):
+        task, [charge, email, finish] = run_renewal_by_its_runner(inv)
+    assert task.status == "finished" and (charge.state, email.state) == ("done", "done")
+    token = customer_link_in(task, email, mail_sandbox, wrote=receipt_args(inv)["body"])
+    # The model's own answer stays the decision on record, for audit.
+    assert email.decision == script[1]
+    # Asked next, the model is shown the email as it was sent: the link in it.
+    assert token in json.dumps(fake_model.bodies[2])
 
 
 def test_an_unknown_step_is_sent_as_unknown_not_as_an_error(fake_model: FakeModelServer) -> None:
