@@ -168,31 +168,75 @@ def _first_unknown(task_id: UUID, step_ids: Sequence[int]) -> dict[int, tuple[in
     return {r["step_id"]: (r["first_id"], r["first_at"]) for r in rows}
 
 
-def events_of(entries: Sequence[Entry], task_id: UUID) -> list[StepEvent]:
-    """The events these entries (with their steps, in commit order) tell. An attempt's
-    duration is known when its start is among them: a run always writes both."""
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """An entry about a step, with what of its step the events tell: read as plain values,
+    not as models (a run's read-back is one row per entry, and a model costs many times a
+    tuple to build)."""
+
+    pk: int
+    kind: str
+    at: datetime
+    data: dict[str, Any]
+    step_id: int
+    key: str
+    tool: str
+    undo: bool
+    refusal: str
+    detail: str
+    state: str
+    attempts: int
+    lookups: int
+
+
+_SEEN_FIELDS = (
+    "id",
+    "kind",
+    "at",
+    "data",
+    "step_id",
+    "step__key",
+    "step__tool",
+    "step__offsets_id",
+    "step__refusal",
+    "step__detail",
+    "step__state",
+    "step__attempts",
+    "step__lookups",
+)
+
+
+def _seen(entries: Any) -> list[Seen]:
+    """``entries`` (a queryset of entries about steps) as :class:`Seen`, in its order."""
+    return [
+        Seen(pk, kind, at, data or {}, step, key, tool, offsets is not None, *rest)
+        for pk, kind, at, data, step, key, tool, offsets, *rest in entries.values_list(
+            *_SEEN_FIELDS
+        )
+    ]
+
+
+def events_of(entries: Sequence[Seen], task_id: UUID) -> list[StepEvent]:
+    """The events these entries (about steps, in commit order) tell. An attempt's duration
+    is known when its start is among them: a run always writes both."""
     # A step settled at its first attempt without a lookup was never unknown: no need to
     # look for when it first was (the usual step costs no query here).
     settling = [
-        e.step.pk
+        e.step_id
         for e in entries
         if e.kind == EntryKind.STEP_SETTLED
-        and e.step is not None
-        and (e.step.attempts > 1 or e.step.lookups > 0 or (e.data or {}).get("state") == "unknown")
+        and (e.attempts > 1 or e.lookups > 0 or e.data.get("state") == "unknown")
     ]
     unknown_since = _first_unknown(task_id, sorted(set(settling)))
     starts: dict[tuple[int, int], datetime] = {}
     events: list[StepEvent] = []
     for e in entries:
-        step: Step | None = e.step
-        if step is None:
-            continue
-        data = e.data or {}
+        data = e.data
         base: dict[str, Any] = {
             "task_id": task_id,
-            "step_key": step.key,
-            "tool": step.tool,
-            "undo": step.offsets_id is not None,
+            "step_key": e.key,
+            "tool": e.tool,
+            "undo": e.undo,
         }
         attempt = data.get("attempt")
         if e.kind in REFUSED_KINDS:
@@ -201,12 +245,12 @@ def events_of(entries: Sequence[Entry], task_id: UUID) -> list[StepEvent]:
                     "refused",
                     **base,
                     state="not_done",
-                    code=str(data.get("refusal") or step.refusal),
-                    detail=str(data.get("proof") or step.detail)[:300],
+                    code=str(data.get("refusal") or e.refusal),
+                    detail=str(data.get("proof") or e.detail)[:300],
                 )
             )
         elif e.kind in (EntryKind.STEP_RECORDED, EntryKind.ATTEMPT_STARTED):
-            starts[(step.pk, int(attempt or 1))] = e.at
+            starts[(e.step_id, int(attempt or 1))] = e.at
             what = "recorded" if e.kind == EntryKind.STEP_RECORDED else "attempt_started"
             events.append(StepEvent(what, **base, state="pending", attempt=int(attempt or 1)))
         elif e.kind == EntryKind.ATTEMPT_ENDED:
@@ -216,15 +260,15 @@ def events_of(entries: Sequence[Entry], task_id: UUID) -> list[StepEvent]:
                     **base,
                     state=str(data.get("classified", "")),
                     attempt=attempt,
-                    seconds=_took(starts, step.pk, attempt, e.at),
+                    seconds=_took(starts, e.step_id, attempt, e.at),
                 )
             )
         elif e.kind == EntryKind.LOOKUP:
             result = LOOKUP_RESULTS.get(str(data.get("result")), "failed")
-            events.append(StepEvent("lookup", **base, state=step.state, result=result))
+            events.append(StepEvent("lookup", **base, state=e.state, result=result))
         elif e.kind == EntryKind.STEP_SETTLED:
             state = str(data.get("state", ""))
-            first = unknown_since.get(step.pk)
+            first = unknown_since.get(e.step_id)
             if state == "unknown":
                 events.append(
                     StepEvent(
@@ -245,7 +289,7 @@ def events_of(entries: Sequence[Entry], task_id: UUID) -> list[StepEvent]:
                     via=str(data.get("via", "")),
                     attempt=attempt,
                     # An attempt that settled its step ended in this entry.
-                    seconds=_took(starts, step.pk, attempt, e.at) if attempt else None,
+                    seconds=_took(starts, e.step_id, attempt, e.at) if attempt else None,
                     unknown_for=(e.at - since).total_seconds() if since is not None else None,
                 )
             )
@@ -259,7 +303,7 @@ def _took(
     return None if started is None else max(0.0, (at - started).total_seconds())
 
 
-def run_entries(*, task_id: UUID, token: int, since: datetime) -> list[Entry]:
+def run_entries(*, task_id: UUID, token: int, since: datetime) -> list[Seen]:
     """The step entries a run wrote under lease ``token``, taken at ``since``: those only a
     lease holder writes, from then until the task's next lease was taken (if it was)."""
     later = Task.objects.filter(pk=task_id, lease_token__gt=token).values("lease_taken_at")[:1]
@@ -267,13 +311,11 @@ def run_entries(*, task_id: UUID, token: int, since: datetime) -> list[Entry]:
     rows = (
         Entry.objects.filter(task_id=task_id, at__gte=since, at__lt=until, kind__in=RUN_KINDS)
         .filter(step__isnull=False)
-        .select_related("step")
-        .defer("step__args", "step__decision", "step__outcome")  # not told: only read
         .order_by("id")
     )
     return [
         e
-        for e in rows
+        for e in _seen(rows)
         if e.kind != EntryKind.STEP_SETTLED
         or e.data.get("state") == "unknown"
         or e.data.get("via") in RUN_VIAS
@@ -304,15 +346,13 @@ def _settled_now(step_id: int) -> None:
         task_id = Step.objects.filter(pk=step_id).values_list("task_id", flat=True).first()
         if task_id is None:
             return
-        last = (
+        last = _seen(
             Entry.objects.filter(task_id=task_id, step_id=step_id, kind=EntryKind.STEP_SETTLED)
             .filter(~Q(data__state="unknown"))
-            .select_related("step")
-            .order_by("-id")
-            .first()
+            .order_by("-id")[:1]
         )
-        if last is not None:
-            record(events_of([last], last.task_id))
+        if last:
+            record(events_of(last, task_id))
     except Exception:
         log.exception("step %s: its settlement could not be read back", step_id)
 
