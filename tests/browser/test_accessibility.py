@@ -1,6 +1,7 @@
-"""axe-core on every operators' page, in light and dark mode: no serious or critical
-violation (issue 21). axe-playwright-python ships axe-core's script; it runs in Debian's
-Chromium like the other browser tests. Also one page per phone width, and the screenshots."""
+"""axe-core on every operators' page, the error pages (a server error's too) included, in
+light and dark mode: no serious or critical violation (issue 21). axe-playwright-python ships
+axe-core's script; it runs in Debian's Chromium like the other browser tests. Also one page
+per phone width, and the screenshots."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from typing import Any
 
 import pytest
 from django.db.models.functions import Now
+from django.http import HttpRequest, HttpResponse
+from django.test import override_settings
+from django.urls import include, path
 
 from agentops.runner import task_start
 from journal.leases import lease_acquire, lease_release
@@ -92,6 +96,14 @@ def every_state() -> Task:
     return task
 
 
+def _broken(request: HttpRequest) -> HttpResponse:
+    raise RuntimeError("a failure on purpose: the server error page is what is tested")
+
+
+# The app's own addresses, and one that fails (ROOT_URLCONF, for the server error page).
+urlpatterns = [path("broken-on-purpose", _broken), path("", include("agentops.urls"))]
+
+
 def check(page: Any, where: str, problems: dict[str, list[str]]) -> None:
     found = accessibility_problems(page)
     if found:
@@ -142,7 +154,7 @@ def test_the_error_and_lockout_pages_have_no_serious_violation_either(
 ) -> None:
     from axes.utils import reset
 
-    # A context of its own: a page that answers 4xx logs a console error by design.
+    # A context of its own: a page that answers 4xx or 5xx logs a console error by design.
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     opened = context.new_page()
     problems: dict[str, list[str]] = {}
@@ -154,6 +166,14 @@ def test_the_error_and_lockout_pages_have_no_serious_violation_either(
             opened.goto(f"{app_server}/tasks/{uuid.uuid4()}")
             assert "There is nothing at this address" in opened.inner_text("h1")
             check(opened, f"404 ({scheme})", problems)
+            # A view that fails, served as production serves it (DEBUG off): Django's
+            # server_error renders templates/500.html.
+            with override_settings(DEBUG=False, ROOT_URLCONF=__name__):
+                failed = opened.goto(f"{app_server}/broken-on-purpose")
+                assert failed is not None and failed.status == 500
+                assert "Something went wrong on our side" in opened.inner_text("h1")
+                assert "RuntimeError" not in opened.content()  # never the traceback
+                check(opened, f"500 ({scheme})", problems)
             opened.context.clear_cookies()
             log_in(opened, app_server, stranger())
             assert "may not" in opened.inner_text("h1")
