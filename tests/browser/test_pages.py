@@ -64,7 +64,7 @@ def test_an_operator_watches_the_six_second_charge_go_from_unknown_to_done(
     page.click("#step-1 details.timeline-table summary")
     story = page.inner_text("#step-1 table.events")  # the timeline keeps the story
     assert "unknown" in story and "settled done" in story
-    screenshot(page, "task-six-second-charge")
+    screenshot(page, "task-six-second-charge", phone=True)
 
 
 def test_an_operator_approves_a_held_saga_and_it_completes(
@@ -107,7 +107,7 @@ def test_an_operator_compensates_a_held_saga(
         if e["reference"] and e["reference"].startswith(f"ao:{task.pk}")
     }
     assert {"flight_holds.release", "hotel_bookings.cancel"} <= undone
-    screenshot(page, "task-compensated-saga")
+    screenshot(page, "task-compensated-saga", phone=True)
 
 
 def test_an_operator_retries_a_declined_payment_from_the_task_page(
