@@ -16,6 +16,7 @@ from django.views.csrf import csrf_failure
 from django.views.defaults import server_error
 
 from agentops.operators.readable import json_html, money, preview, when_html
+from agentops.operators.selectors import PER_PAGE
 from agentops.runner import task_start
 from agentops.tools import tool_registry
 from journal.leases import lease_acquire, lease_release
@@ -280,8 +281,30 @@ def test_the_list_filters_by_kind_attention_and_dates_sorts_and_pages(redis: Any
     assert stuck_first.index(str(stuck.task_id)) < stuck_first.index(str(fresh.pk))
     everything = c.get("/").content.decode()
     assert "page 1 of" in everything and "worker" in everything and "Queue:" in everything
-    if "Next</a>" in everything:
-        assert 'rel="next"' in everything and "page=2" in everything
+
+    # Paged: more of the customer's tasks than a page holds, newest first across the pages,
+    # each on exactly one of them, the search kept in the links between them.
+    for n in range(PER_PAGE + 1):
+        task_create(kind="renewal", goal=f"renewal {n}", refs={**refs, "invoice": invoice()})
+    mine = list(
+        Task.objects.filter(refs__email=tag).order_by("-created_at", "-pk").values_list("pk")
+    )
+    assert len(mine) == PER_PAGE + 3
+
+    def ids_on(html: str) -> list[str]:
+        order = {str(pk): html.find(f"/tasks/{pk}") for (pk,) in mine}
+        return sorted((pk for pk, at in order.items() if at >= 0), key=order.__getitem__)
+
+    first = c.get("/", {"q": tag}).content.decode()
+    assert f"{PER_PAGE + 3} tasks, 1–{PER_PAGE} shown · page 1 of 2" in first
+    kept = f"q={tag.replace('@', '%40')}&amp;page="
+    assert f'href="?{kept}2" rel="next">Next</a>' in first and 'rel="prev"' not in first
+    second = c.get("/", {"q": tag, "page": 2}).content.decode()
+    assert f"{PER_PAGE + 1}–{PER_PAGE + 3} shown · page 2 of 2" in second
+    assert f'href="?{kept}1" rel="prev">Previous</a>' in second and 'rel="next"' not in second
+    assert ids_on(first) + ids_on(second) == [str(pk) for (pk,) in mine]
+    # A page past the last is the last, not an error.
+    assert ids_on(c.get("/", {"q": tag, "page": 9}).content.decode()) == ids_on(second)
 
 
 def test_bulk_reconcile_is_confirmed_in_the_page_with_a_reason_and_says_what_it_did(
