@@ -299,12 +299,12 @@ def test_the_list_filters_by_kind_attention_and_dates_sorts_and_pages(redis: Any
     assert f"{PER_PAGE + 3} tasks, 1–{PER_PAGE} shown · page 1 of 2" in first
     kept = f"q={tag.replace('@', '%40')}&amp;page="
     assert f'href="?{kept}2" rel="next">Next</a>' in first and 'rel="prev"' not in first
-    second = c.get("/", {"q": tag, "page": 2}).content.decode()
+    second = c.get("/", {"q": tag, "page": "2"}).content.decode()
     assert f"{PER_PAGE + 1}–{PER_PAGE + 3} shown · page 2 of 2" in second
     assert f'href="?{kept}1" rel="prev">Previous</a>' in second and 'rel="next"' not in second
     assert ids_on(first) + ids_on(second) == [str(pk) for (pk,) in mine]
     # A page past the last is the last, not an error.
-    assert ids_on(c.get("/", {"q": tag, "page": 9}).content.decode()) == ids_on(second)
+    assert ids_on(c.get("/", {"q": tag, "page": "9"}).content.decode()) == ids_on(second)
 
 
 def test_bulk_reconcile_is_confirmed_in_the_page_with_a_reason_and_says_what_it_did(
