@@ -97,31 +97,46 @@ def _client_key(params: types.CallToolRequestParams, ctx: ServerRequestContext[A
     return next(iter(given))
 
 
-def _refusal(reason: str, code: str = "invalid_arguments") -> types.CallToolResult:
-    return wire.result(
-        selectors.Answer(state="not_done", refused=code, reason=f"{reason}; nothing was done")
-    )
+def _read_tools() -> dict[str, Any]:
+    """The ``READ`` tools the intents read through, served as tools of their own."""
+    known = tool_registry()
+    names = sorted({n for i in intents().values() for n in i.reads})
+    return {n: known[n] for n in names if n in known}
+
+
+def _reference(params: types.CallToolRequestParams) -> str:
+    reference = (params.arguments or {}).get("reference")
+    return reference if isinstance(reference, str) else ""
+
+
+def _refusal(
+    reason: str, code: str = "invalid_arguments", *, params: types.CallToolRequestParams
+) -> types.CallToolResult:
+    """The call itself did nothing (its client, its arguments), told in its tool's own
+    ``outputSchema``."""
+    said = f"{reason}; nothing was done"
+    if params.name == wire.EFFECTS_FOR.name:
+        return wire.effects_refused(_reference(params), said, code)
+    if params.name in _read_tools():
+        return wire.record_result(None, said, refused=code)
+    return wire.result(selectors.Answer(state="not_done", refused=code, reason=said))
 
 
 def _unanswered(params: types.CallToolRequestParams, exc: Exception) -> types.CallToolResult:
-    """What a call is told when agentops could not finish answering it: for an intent or
-    ``check_effect``, ``unknown`` (it may or may not have started what it asked for, and the
-    intent's key keeps any other from starting); for a read, that it could not read (which
-    says nothing of what was done)."""
+    """What a call is told when agentops could not finish answering it, in its tool's own
+    ``outputSchema``: for an intent or ``check_effect``, ``unknown`` (it may or may not have
+    started what it asked for, and the intent's key keeps any other from starting); for
+    ``effects_for``, ``unknown`` (it cannot tell now, which says nothing of what was done); for
+    a ``READ`` tool, that the record could not be told."""
     why = f"agentops could not finish answering ({type(exc).__name__}: its database or queue "
     why += "did not answer)"
     name = params.name
-    if name == wire.EFFECTS_FOR.name or name not in (*intents(), wire.CHECK_EFFECT.name):
-        return types.CallToolResult(
-            content=[
-                types.TextContent(
-                    type="text",
-                    text=f"{why}: nothing could be read, which says nothing of what was done; "
-                    "ask again in a moment",
-                )
-            ],
-            is_error=True,
-        )
+    if name == wire.EFFECTS_FOR.name:
+        return wire.effects_unknown(_reference(params), why)
+    if name in _read_tools():
+        return wire.record_result(None, f"could not tell: {why}; ask again in a moment")
+    if name not in (*intents(), wire.CHECK_EFFECT.name):
+        return _refusal(f"unknown tool {name!r}", params=params)
     answer = selectors.Answer(
         state="unknown",
         reason=f"{why}, so whether this call started what it asked for is not known",
@@ -157,11 +172,6 @@ def build_server(*, client: str | None = None) -> Server[Any]:
             raise ClientRefused("this request carries no client's token")
         return str(name)
 
-    def read_tools() -> dict[str, Any]:
-        known = tool_registry()
-        names = sorted({n for i in intents().values() for n in i.reads})
-        return {n: known[n] for n in names if n in known}
-
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -172,7 +182,7 @@ def build_server(*, client: str | None = None) -> Server[Any]:
                 for intent in sorted(intents().values(), key=lambda i: i.name)
                 if intent.effect in known
             ]
-            served += [wire.read_tool(tool) for tool in read_tools().values()]
+            served += [wire.read_tool(tool) for tool in _read_tools().values()]
             return [*served, wire.CHECK_EFFECT, wire.EFFECTS_FOR]
 
         return types.ListToolsResult(tools=await _run(listing))
@@ -197,7 +207,7 @@ def build_server(*, client: str | None = None) -> Server[Any]:
         try:
             caller = await _run(partial(client_get, who(ctx)))
         except ClientRefused as exc:
-            return _refusal(f"refused: {exc}", "client_refused")
+            return _refusal(f"refused: {exc}", "client_refused", params=params)
         if name in intents():
             key = _client_key(params, ctx)
             arguments.pop(wire.IDEMPOTENCY_KEY, None)
@@ -215,7 +225,9 @@ def build_server(*, client: str | None = None) -> Server[Any]:
         reference = arguments.get("reference")
         if name in (wire.CHECK_EFFECT.name, wire.EFFECTS_FOR.name):
             if not isinstance(reference, str) or not reference.strip() or len(reference) > 255:
-                return _refusal("invalid arguments: reference: 1 to 255 characters of text")
+                return _refusal(
+                    "invalid arguments: reference: 1 to 255 characters of text", params=params
+                )
             if name == wire.EFFECTS_FOR.name:
                 found = await _run(partial(selectors.effects_for, reference=reference))
                 return wire.effects_result(reference, found)
@@ -232,17 +244,17 @@ def build_server(*, client: str | None = None) -> Server[Any]:
                     )
                 )
             return wire.result(checked)
-        if name in read_tools():
+        if name in _read_tools():
             try:
                 record = await _run(partial(services.record_read, tool=name, args=arguments))
             except RecordMissing as exc:
                 return wire.record_result(None, f"not found: {exc}")
             except IntentRefused as exc:
-                return _refusal(f"invalid arguments: {exc}")
+                return _refusal(f"invalid arguments: {exc}", params=params)
             except RecordUnreadable as exc:
                 return wire.record_result(None, f"could not tell: {exc}; ask again in a moment")
             return wire.record_result(record, "found")
-        return _refusal(f"unknown tool {name!r}")
+        return _refusal(f"unknown tool {name!r}", params=params)
 
     return Server(
         "agentops",

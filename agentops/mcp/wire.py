@@ -87,10 +87,28 @@ def _object(properties: Mapping[str, Any]) -> dict[str, Any]:
 EFFECT_SCHEMA = _object(EFFECT_PROPERTIES)
 """The ``outputSchema`` of every intent and of ``check_effect``."""
 
+_REFUSED = {
+    "enum": [None, *REFUSALS],
+    "description": "Why this call itself did nothing, if it did not.",
+}
+
 EFFECTS_SCHEMA = _object(
     {
+        "status": {
+            "enum": ["known", "unknown", "refused"],
+            "description": "known: effects is everything agentops' journal holds for the "
+            "reference (none: nothing was recorded). unknown: the journal could not be read "
+            "just now, so what was done cannot be told now — never read it as nothing done; "
+            "ask again. refused: this call was wrong (see refused, reason) and read nothing.",
+        },
+        "reason": {"type": "string"},
+        "refused": _REFUSED,
         "reference": {"type": "string"},
-        "count": {"type": "integer", "minimum": 0},
+        "count": {
+            "type": ["integer", "null"],
+            "minimum": 0,
+            "description": "How many effects are listed; null unless known.",
+        },
         "effects": {
             "type": "array",
             "items": _object({**EFFECT_PROPERTIES, "kind": {"type": "string"}}),
@@ -104,6 +122,7 @@ RECORD_SCHEMA = _object(
         "found": {"type": "boolean"},
         "record": {"type": ["object", "null"]},
         "reason": {"type": "string"},
+        "refused": _REFUSED,
     }
 )
 """The ``outputSchema`` of a ``READ`` tool."""
@@ -317,15 +336,62 @@ def effects_result(reference: str, effects: Iterable[Effect]) -> types.CallToolR
         )
     if not found:
         lines = [f"agentops has recorded no effect for {reference}."]
+    said = f"{len(found)} effect(s) recorded" if found else "no effect recorded"
     return types.CallToolResult(
         content=[types.TextContent(type="text", text="\n".join(lines))],
-        structured_content={"reference": reference, "count": len(items), "effects": items},
+        structured_content={
+            "status": "known",
+            "reason": said,
+            "refused": None,
+            "reference": reference,
+            "count": len(items),
+            "effects": items,
+        },
     )
 
 
-def record_result(found: Mapping[str, Any] | None, reason: str) -> types.CallToolResult:
-    """A READ tool's answer: the record, or why there is none (``reason``: no such record, or
-    the system of record could not tell)."""
+def effects_unknown(reference: str, why: str) -> types.CallToolResult:
+    """``effects_for`` when the journal cannot be read: unknown — it cannot tell now, which
+    says nothing of what was done (never "no effect", which a model reads as "do it")."""
+    reason = (
+        f"{why}: what was done for {reference} cannot be told now, which says nothing of "
+        "whether anything was; ask again in a moment before acting on it"
+    )
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"unknown — {reason}.")],
+        structured_content={
+            "status": "unknown",
+            "reason": reason,
+            "refused": None,
+            "reference": reference,
+            "count": None,
+            "effects": [],
+        },
+        is_error=False,
+    )
+
+
+def effects_refused(reference: str, reason: str, code: str) -> types.CallToolResult:
+    """``effects_for`` refused (its client, its arguments): it read nothing."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"{reason}.")],
+        structured_content={
+            "status": "refused",
+            "reason": reason,
+            "refused": code,
+            "reference": reference,
+            "count": None,
+            "effects": [],
+        },
+        is_error=code in ERRORS,
+    )
+
+
+def record_result(
+    found: Mapping[str, Any] | None, reason: str, *, refused: str | None = None
+) -> types.CallToolResult:
+    """A READ tool's answer: the record, or why there is none (``reason``: no such record,
+    the system of record could not tell, or this call was refused: ``refused``)."""
     text_ = f"found: {json.dumps(dict(found), sort_keys=True)}" if found is not None else reason
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text_)],
@@ -333,6 +399,7 @@ def record_result(found: Mapping[str, Any] | None, reason: str) -> types.CallToo
             "found": found is not None,
             "record": dict(found) if found is not None else None,
             "reason": reason,
+            "refused": refused,
         },
-        is_error=False,
+        is_error=refused in ERRORS,
     )
