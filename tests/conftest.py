@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.sandbox.fixtures",
     "tests.agentops.sandboxed",
     "tests.agentops.workers",
+    "tests.agentops.mcp_support",
 ]
 
 # --- Visible gates: a test needs what it needs, or fails saying so ----------------------------
