@@ -1,5 +1,10 @@
 """Renewals end to end: RQ worker processes, the sandbox providers with no faults, and the
-journal — from ``task_start`` to every task finished, with one effect per step key."""
+journal — from ``task_start`` to every task finished, with one effect per step key.
+
+The workers are started as production starts them (``manage.py rqworker`` with agentops'
+worker class, no development tool loaded); what every process spent on a batch (CPU) and
+holds after it (memory) is read from the operating system (devtools.bench.procs).
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,22 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from rq import Worker
 
 from agentops.runner import run_queue, task_start
 from agentops.workers import WORKER_ARGS
-from devtools.process import end, spawn
-from devtools.sandboxes import sandbox_spawn, sandboxes_ready, sandboxes_stop
+from devtools.bench.procs import Roles, deltas, postmaster_pid, redis_pid, this_process
+from devtools.process import Popen, end, spawn
+from devtools.sandboxes import SandboxHandle, sandbox_spawn, sandboxes_ready, sandboxes_stop
 from journal.models import Step, Task
 from journal.status import FINAL
 from sandbox.client import SandboxClient
 
 WORKER = [sys.executable, "manage.py", *WORKER_ARGS]
+BATCH_DEADLINE_SECONDS = 900.0
 
 
 def _wait_workers(queue: Any, count: int, deadline: float = 30.0) -> None:
@@ -32,22 +40,43 @@ def _wait_workers(queue: Any, count: int, deadline: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+@dataclass
+class World:
+    """The providers and the workers of an end-to-end run, and every process's role."""
+
+    providers: dict[str, str]
+    handles: list[SandboxHandle]
+    workers: list[Popen] = field(default_factory=list)
+    roles: Roles = field(default_factory=Roles)
+
+
 @contextlib.contextmanager
-def sandboxes() -> Iterator[dict[str, str]]:
-    """The payments and mail sandboxes, as the settings that point the tools at them."""
-    handles = [sandbox_spawn("payments"), sandbox_spawn("mail")]
+def sandboxes(*args: str) -> Iterator[World]:
+    """The payments and mail sandboxes (``args`` given to each), as the settings that point
+    the tools at them."""
+    handles = [sandbox_spawn("payments", *args), sandbox_spawn("mail", *args)]
     try:
         sandboxes_ready(*handles)
-        yield {"STRIPE_API_BASE": handles[0].url, "MAIL_API_BASE": handles[1].url}
+        world = World(
+            providers={"STRIPE_API_BASE": handles[0].url, "MAIL_API_BASE": handles[1].url},
+            handles=handles,
+        )
+        world.roles.add("bench", [this_process()])
+        world.roles.add("payments", [handles[0].process.pid])
+        world.roles.add("mail", [handles[1].process.pid])
+        world.roles.add("postgres", [postmaster_pid()])
+        world.roles.add("redis", [redis_pid(run_queue().connection)])
+        yield world
     finally:
         sandboxes_stop(*handles)
 
 
-def e2e_tasks_per_s(*, workers: int, tasks: int, providers: dict[str, str]) -> float:
-    """Renewal tasks per second on ``workers`` worker processes; checks the ledgers."""
+@contextlib.contextmanager
+def workers(world: World, count: int) -> Iterator[list[Popen]]:
+    """``count`` RQ worker processes, registered before this yields."""
     env = {
         **os.environ,
-        **providers,
+        **world.providers,
         "STRIPE_API_KEY": "sk_test_bench",
         "STRIPE_SEARCH_LAG_SECONDS": "0",
         "LOG_LEVEL": "WARNING",
@@ -55,30 +84,85 @@ def e2e_tasks_per_s(*, workers: int, tasks: int, providers: dict[str, str]) -> f
     env.pop("AGENTOPS_DEVTOOLS", None)  # workers as in production
     queue = run_queue()
     registered = Worker.count(connection=queue.connection, queue=queue)
-    procs = [spawn(WORKER, env=env) for _ in range(workers)]
+    procs = [spawn(WORKER, env=env) for _ in range(count)]
+    roles = world.roles.pids
     try:
-        _wait_workers(queue, registered + workers)  # before the clock starts
-        batch = uuid.uuid4().hex[:8]
-        began = time.perf_counter()
-        ids = [
-            task_start(
-                kind="renewal",
-                goal=f"bench: renew {i}",
-                refs={"invoice": f"B-{batch}-{i}", "amount": 4900, "email": "b@e.ch"},
-            ).pk
-            for i in range(tasks)
-        ]
-        while Task.objects.filter(pk__in=ids).exclude(status__in=FINAL).exists():
-            if time.perf_counter() - began > 600:
-                raise RuntimeError("the batch did not finish within 10 minutes")
-            time.sleep(0.02)
-        elapsed = time.perf_counter() - began
+        _wait_workers(queue, registered + count)
+        roles["worker"] = [p.pid for p in procs]
+        yield procs
     finally:
+        roles.pop("worker", None)
         end(*procs, timeout=20)  # RQ's forked scheduler goes with each
-    payments = SandboxClient(providers["STRIPE_API_BASE"])
-    mail = SandboxClient(providers["MAIL_API_BASE"])
-    for step in Step.objects.filter(task__in=ids, kind="call"):
-        ledger = payments if step.tool == "charge_customer" else mail
-        if len(ledger.ledger(key=step.key)) != 1:
-            raise RuntimeError(f"{step.key}: not exactly one effect")
-    return tasks / elapsed
+
+
+@dataclass(frozen=True)
+class Batch:
+    tasks: int
+    seconds: float
+    task_ids: list[Any]
+    cpu_ms_per_task: dict[str, float]
+    latency_ms: list[float]
+
+    @property
+    def tasks_per_s(self) -> float:
+        return self.tasks / self.seconds
+
+
+def batch_run(world: World, *, tasks: int, tag: str = "") -> Batch:
+    """``tasks`` renewals started one after another by this process, as a program would,
+    and waited for until every one is over; the ledgers checked for one effect per key."""
+    batch = tag or uuid.uuid4().hex[:8]
+    cpu_before = world.roles.cpu_seconds()
+    began = time.perf_counter()
+    ids = [
+        task_start(
+            kind="renewal",
+            goal=f"bench: renew {i}",
+            refs={"invoice": f"B-{batch}-{i}", "amount": 4900, "email": "b@e.ch"},
+        ).pk
+        for i in range(tasks)
+    ]
+    while Task.objects.filter(pk__in=ids).exclude(status__in=FINAL).exists():
+        if time.perf_counter() - began > BATCH_DEADLINE_SECONDS:
+            raise RuntimeError(f"the batch did not finish within {BATCH_DEADLINE_SECONDS:.0f} s")
+        time.sleep(0.02)
+    elapsed = time.perf_counter() - began
+    spent = deltas(world.roles.cpu_seconds(), cpu_before)
+    ledgers_check(world, ids)
+    return Batch(
+        tasks=tasks,
+        seconds=elapsed,
+        task_ids=ids,
+        cpu_ms_per_task={role: round(1000 * s / tasks, 2) for role, s in spent.items()},
+        latency_ms=task_latencies_ms(ids),
+    )
+
+
+def ledgers_check(world: World, ids: list[Any]) -> None:
+    payments = SandboxClient(world.providers["STRIPE_API_BASE"])
+    mail = SandboxClient(world.providers["MAIL_API_BASE"])
+    keys = {"charge_customer": set(), "send_email": set()}  # type: dict[str, set[str]]
+    for step in Step.objects.filter(task__in=ids, kind="call").only("tool", "key"):
+        keys.setdefault(step.tool, set()).add(step.key)
+    for client, tool in ((payments, "charge_customer"), (mail, "send_email")):
+        counted: dict[str, int] = {}
+        for entry in client.ledger():
+            if entry.get("key") in keys[tool]:
+                counted[entry["key"]] = counted.get(entry["key"], 0) + 1
+        wrong = {k for k in keys[tool] if counted.get(k) != 1}
+        if wrong:
+            raise RuntimeError(f"{len(wrong)} {tool} keys have not exactly one effect")
+
+
+def task_latencies_ms(ids: list[Any]) -> list[float]:
+    """From each task's creation to its finish, as the journal dated them (ms)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM s.created_at - t.created_at) * 1000 "
+            "FROM journal_task t JOIN journal_step s ON s.task_id = t.id AND s.kind = 'finish' "
+            "WHERE t.id = ANY(%s)",
+            [list(ids)],
+        )
+        return [float(row[0]) for row in cursor.fetchall()]

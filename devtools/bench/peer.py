@@ -1,13 +1,27 @@
 """The peer a user would otherwise pick: DBOS Transact, running workflows of the same number
 of no-op steps against the same PostgreSQL (its system database in its own schema).
 
-DBOS is an optional extra (``pip install -e '.[bench]'``); without it this part says so.
+Two shapes, as DBOS recommends running them: **sequential** (one workflow after another,
+each step checkpointed before the next starts: the same promise as one agentops task) and
+**concurrent** (every workflow started at once with ``DBOS.start_workflow``, run by its
+executor's threads, then awaited).
+
+Each measurement runs in a process of its own (``python -m devtools.bench.peer``: DBOS keeps
+global state, and its start-up is not what is measured), with the database's address in
+``BENCH_DBOS_URL`` (never on a command line); it prints one JSON line. DBOS is an optional
+extra (``pip install -e '.[bench]'``); without it :func:`dbos_available` says so.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import time
 from typing import Any
+
+URL_VARIABLE = "BENCH_DBOS_URL"
+MODES = ("sequential", "concurrent")
 
 
 def dbos_available() -> bool:
@@ -18,8 +32,8 @@ def dbos_available() -> bool:
     return True
 
 
-def dbos_steps_per_s(*, url: str, steps: int, per_task: int = 20) -> float:
-    """Steps per second of sequential DBOS workflows of ``per_task`` no-op steps."""
+def dbos_steps_per_s(*, url: str, steps: int, per_task: int = 20, mode: str) -> float:
+    """Steps per second of DBOS workflows of ``per_task`` no-op steps, ``mode`` as above."""
     from dbos import DBOS
 
     DBOS(config={"name": "agentops-bench", "system_database_url": url, "log_level": "WARNING"})
@@ -39,8 +53,13 @@ def dbos_steps_per_s(*, url: str, steps: int, per_task: int = 20) -> float:
         workflow(per_task)  # warm: DBOS's first workflow also creates what it needs
         tasks = max(1, steps // per_task)
         began = time.perf_counter()
-        for _ in range(tasks):
-            workflow(per_task)
+        if mode == "sequential":
+            for _ in range(tasks):
+                workflow(per_task)
+        else:
+            handles = [DBOS.start_workflow(workflow, per_task) for _ in range(tasks)]
+            for handle in handles:
+                handle.get_result()
         return tasks * per_task / (time.perf_counter() - began)
     finally:
         DBOS.destroy()
@@ -50,3 +69,11 @@ def postgres_url(settings_dict: dict[str, Any]) -> str:
     s = settings_dict
     password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
     return f"postgresql://{s['USER']}{password}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+if __name__ == "__main__":
+    mode, count = sys.argv[1], int(sys.argv[2])
+    if mode not in MODES:
+        raise SystemExit(f"mode: one of {', '.join(MODES)}")
+    rate = dbos_steps_per_s(url=os.environ[URL_VARIABLE], steps=count, mode=mode)
+    print(json.dumps({"steps_per_s": rate}))

@@ -53,7 +53,7 @@ def test_what_is_older_than_the_retention_is_forgotten_and_what_is_newer_stays(
     def forgotten() -> bool:
         # Each request may find the provider pruning first: asking is what moves it.
         held = forgetful.client.about()["held"]
-        return held["payment_intents"] == held["ledger"] == held["idempotency_keys"] == 0
+        return bool(held["payment_intents"] == held["ledger"] == held["idempotency_keys"] == 0)
 
     wait_for(forgotten, timeout=10 * RETAIN + 5, what="the old payment forgotten")
     new_key = unique()

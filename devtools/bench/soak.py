@@ -1,0 +1,130 @@
+"""The soak: does a step cost the same when the journal is large as when it is new?
+
+Waves of renewals (``wave_tasks`` each) through two RQ workers and the sandbox providers,
+one after another against a growing journal. After each wave: its throughput and latency
+percentiles, every process's memory, the journal's tables and indexes, dead tuples, the
+share of HOT updates of the steps in that wave, and Redis's keys. At the end, the last five
+waves against the first five.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connection
+
+from agentops.runner import run_queue
+from devtools.bench import e2e
+from devtools.bench.stats import percentile
+
+# The providers forget what is older than this (their --retain-seconds): a long soak must
+# show their memory bounded, as a demo left running for weeks needs it to be.
+SANDBOX_RETAIN_SECONDS = 120
+
+
+def journal_sizes() -> dict[str, Any]:
+    """Each journal table's size, its indexes' and its dead tuples, partitions summed."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT root.relname,
+                   sum(pg_table_size(t.relid))::bigint,
+                   sum(pg_indexes_size(t.relid))::bigint,
+                   COALESCE(sum(s.n_dead_tup), 0)::bigint,
+                   COALESCE(sum(s.n_live_tup), 0)::bigint,
+                   COALESCE(sum(s.n_tup_upd), 0)::bigint,
+                   COALESCE(sum(s.n_tup_hot_upd), 0)::bigint
+              FROM pg_class root
+              CROSS JOIN LATERAL pg_partition_tree(root.oid) t
+              LEFT JOIN pg_stat_user_tables s ON s.relid = t.relid
+             WHERE root.relname IN ('journal_task', 'journal_step', 'journal_entry')
+               AND root.relkind IN ('r', 'p')
+             GROUP BY root.relname
+            """
+        )
+        rows = cursor.fetchall()
+    return {
+        name: {
+            "table_mb": round(table / 2**20, 2),
+            "indexes_mb": round(indexes / 2**20, 2),
+            "dead_tuples": dead,
+            "live_tuples": live,
+            "updates": updates,
+            "hot_updates": hot,
+        }
+        for name, table, indexes, dead, live, updates, hot in rows
+    }
+
+
+def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    redis = run_queue().connection
+    with (
+        e2e.sandboxes("--retain-seconds", str(SANDBOX_RETAIN_SECONDS)) as world,
+        e2e.workers(world, 2),
+    ):
+        e2e.batch_run(world, tasks=20, tag="warm")
+        before = journal_sizes()
+        for wave in range(1, waves + 1):
+            began = time.time()
+            batch = e2e.batch_run(world, tasks=wave_tasks, tag=f"soak-{wave}")
+            sizes = journal_sizes()
+            step_updates = sizes["journal_step"]["updates"] - before["journal_step"]["updates"]
+            hot = sizes["journal_step"]["hot_updates"] - before["journal_step"]["hot_updates"]
+            before = sizes
+            row: dict[str, Any] = {
+                "wave": wave,
+                "began": round(began, 1),
+                "tasks": wave_tasks,
+                "tasks_per_s": round(batch.tasks_per_s, 1),
+                "latency_ms": {
+                    "p50": round(percentile(batch.latency_ms, 50), 1),
+                    "p95": round(percentile(batch.latency_ms, 95), 1),
+                    "p99": round(percentile(batch.latency_ms, 99), 1),
+                },
+                "cpu_ms_per_task": batch.cpu_ms_per_task,
+                "memory_mb": world.roles.memory_mb(),
+                "journal": sizes,
+                "step_hot_update_share": round(hot / step_updates, 3) if step_updates else None,
+                "redis_keys": int(redis.dbsize()),
+            }
+            rows.append(row)
+            say(
+                f"wave {wave}/{waves}: {row['tasks_per_s']} tasks/s, p95 "
+                f"{row['latency_ms']['p95']} ms, workers "
+                + ", ".join(
+                    f"{v} MB" for k, v in row["memory_mb"].items() if k.startswith("worker")
+                )
+            )
+    return {"waves": rows, "summary": soak_summary(rows)}
+
+
+def soak_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last five waves against the first five, and how memory moved."""
+    first, last = rows[:5], rows[-5:]
+
+    def mean(values: list[float]) -> float:
+        return statistics.fmean(values)
+
+    def rss(wave: dict[str, Any], prefix: str) -> float:
+        memory: dict[str, float] = wave["memory_mb"]
+        return sum(v for k, v in memory.items() if k.startswith(prefix))
+
+    out: dict[str, Any] = {
+        "tasks": sum(r["tasks"] for r in rows),
+        "throughput_last5_over_first5": round(
+            mean([r["tasks_per_s"] for r in last]) / mean([r["tasks_per_s"] for r in first]), 3
+        ),
+        "p95_ms_first5": round(mean([r["latency_ms"]["p95"] for r in first]), 1),
+        "p95_ms_last5": round(mean([r["latency_ms"]["p95"] for r in last]), 1),
+    }
+    for role in ("worker", "payments", "mail", "postgres", "redis", "bench"):
+        start = mean([rss(r, role) for r in first])
+        end = mean([rss(r, role) for r in last])
+        out[f"{role}_mb_first5"] = round(start, 1)
+        out[f"{role}_mb_last5"] = round(end, 1)
+        out[f"{role}_growth"] = round(end / start - 1, 3) if start else None
+    return out
