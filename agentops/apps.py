@@ -28,6 +28,18 @@ def _app_privileges_after_migrate(*, using: str, verbosity: int = 1, **kwargs: A
     from django.db import DEFAULT_DB_ALIAS, connections
 
     from agentops.dbroles import app_privileges_sync
+    from journal.retention import retention_configure
+
+    # The journal's retention as the settings say, written by the tables' owner (once the
+    # journal has its table: a migrate to an older state leaves it alone).
+    if "journal_retention" in connections[using].introspection.table_names():
+        keep = settings.JOURNAL_RETAIN_SECONDS
+        retention_configure(
+            using=using,
+            partition_seconds=settings.JOURNAL_PARTITION_SECONDS,
+            ahead=settings.JOURNAL_PARTITIONS_AHEAD,
+            keep_seconds=keep if keep > 0 else None,
+        )
 
     app_role = settings.DATABASES[DEFAULT_DB_ALIAS].get("USER") or ""
     migrating_role = connections[using].settings_dict.get("USER") or ""

@@ -218,6 +218,14 @@ APP_COLUMNS: dict[str, Columns] = {
 # them. A claim the app could delete would let an object's once-only effect happen twice.
 CLAIM_TABLES = ("journal_object_live", "journal_object_once", "journal_step_undo")
 
+# The journal's partitions and its retention (journal migration 0015, docs/design.md §17):
+# kept by the database's own functions (security definers) and by the owner; the app only
+# reads them. A partition the app could list or a keep it could shorten would let it drop
+# what is not yet due. The partitions themselves are the owner's alone: the app reaches
+# their rows through their tables (journal_task, journal_step, journal_entry) only.
+RETENTION_TABLES = ("journal_partition", "journal_retention")
+READ_ONLY_JOURNAL_TABLES = CLAIM_TABLES + RETENTION_TABLES
+
 # Apps whose every table must be listed in APP_COLUMNS.
 LISTED_APPS = ("journal", "agentops")
 
@@ -243,6 +251,7 @@ def _table_columns(connection: BaseDatabaseWrapper) -> dict[str, list[str]]:
               JOIN pg_namespace n ON n.oid = c.relnamespace
               JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
              WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
+               AND NOT c.relispartition
              ORDER BY c.relname, a.attnum
             """
         )
@@ -257,7 +266,7 @@ def _checked(tables: dict[str, list[str]]) -> None:
     for table, columns in sorted(tables.items()):
         listed = APP_COLUMNS.get(table)
         if listed is None:
-            if table.split("_", 1)[0] in LISTED_APPS and table not in CLAIM_TABLES:
+            if table.split("_", 1)[0] in LISTED_APPS and table not in READ_ONLY_JOURNAL_TABLES:
                 problems.append(f"table {table} is not listed")
             continue
         if listed.frozen == ALL:
@@ -303,7 +312,7 @@ def app_privileges_sql(
             if listed.updatable:
                 columns = ", ".join(_quote(connection, c) for c in listed.updatable)
                 statements.append(f"GRANT UPDATE ({columns}) ON TABLE {name} TO {role}")
-        elif table in READ_ONLY_TABLES or table in CLAIM_TABLES:
+        elif table in READ_ONLY_TABLES or table in READ_ONLY_JOURNAL_TABLES:
             statements.append(f"GRANT SELECT ON TABLE {name} TO {role}")
         else:
             statements.append(f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {name} TO {role}")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from uuid import UUID
 
+from django.conf import settings
 from django.db import close_old_connections
 
 from agentops.audit.services import audit_due
@@ -37,3 +39,17 @@ def audit_provider(trigger: str, provider: str) -> str:
         return audit_due(provider=str(provider), trigger=str(trigger))
     finally:
         close_old_connections()
+
+
+def journal_retain() -> int:
+    """The journal's retention: partitions made ahead, every range that may go dropped (and
+    archived first to JOURNAL_ARCHIVE_DIR, when set); how many tasks went."""
+    from agentops.retention import journal_retain as retain
+
+    close_old_connections()
+    try:
+        archive = settings.JOURNAL_ARCHIVE_DIR
+        return retain(archive_dir=Path(archive) if archive else None).tasks_dropped
+    finally:
+        close_old_connections()
+

@@ -145,8 +145,15 @@ class IntentKey(models.Model):
     client = models.ForeignKey(
         ApiClient, on_delete=models.PROTECT, related_name="+", db_index=False
     )
+    # No foreign key in the database: the journal's tables are partitioned, and a range of
+    # them is dropped whole (docs/design.md §17); the journal's retention unlinks its intents.
     task = models.ForeignKey(
-        "journal.Task", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+        "journal.Task",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_constraint=False,
     )
     attempts = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(db_default=Now())

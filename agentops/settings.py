@@ -402,6 +402,20 @@ AUDIT_WINDOW_SECONDS = _env_float("AUDIT_WINDOW_SECONDS", 2 * 24 * 3600.0)
 # sandboxes); a new run at the same address is a restart, audited at once (0: never asked).
 AUDIT_RESTART_CHECK_SECONDS = _env_float("AUDIT_RESTART_CHECK_SECONDS", 60.0)
 
+# The journal's retention (docs/design.md §17, README "Retention"). Tasks, steps and entries are
+# partitioned by when each task was made, in ranges this wide, made this many ranges ahead; a
+# range whose tasks are all over and untouched this long after it ended is dropped whole, by
+# a job the sweeper rings this often (0: never; `manage.py journal_retain` by hand). A keep of
+# 0 keeps the journal for good. What the guards need for good (which objects have a standing
+# once-only effect, with its evidence) is never dropped. Width, ahead and keep are written to
+# the database by `migrate`, as the tables' owner: the app's role cannot shorten the keep.
+JOURNAL_PARTITION_SECONDS = _env_float("JOURNAL_PARTITION_SECONDS", 7 * 24 * 3600.0)
+JOURNAL_PARTITIONS_AHEAD = int(os.environ.get("JOURNAL_PARTITIONS_AHEAD", "4"))
+JOURNAL_RETAIN_SECONDS = _env_float("JOURNAL_RETAIN_SECONDS", 90 * 24 * 3600.0)
+JOURNAL_RETENTION_INTERVAL_SECONDS = _env_float("JOURNAL_RETENTION_INTERVAL_SECONDS", 24 * 3600.0)
+# Where the job writes each range before it drops it (journal-<range>.jsonl.gz), if anywhere.
+JOURNAL_ARCHIVE_DIR = os.environ.get("JOURNAL_ARCHIVE_DIR", "")
+
 # The MCP server (agentops/mcp, `manage.py mcp_server`). How long an intent's call waits for its
 # task to settle the effect before it answers with what is known (unknown, and being checked).
 MCP_WAIT_SECONDS = _env_float("MCP_WAIT_SECONDS", 10.0)

@@ -35,6 +35,10 @@ SWEEP_GRACE_SECONDS = 1.0
 # tests' steps would hand their tasks to a person): the audit's own tests run it, or set these.
 AUDIT_INTERVAL_SECONDS = float(os.environ.get("AUDIT_INTERVAL_SECONDS", "0"))
 AUDIT_RESTART_CHECK_SECONDS = float(os.environ.get("AUDIT_RESTART_CHECK_SECONDS", "0"))
+# Nor does the journal's retention: its own tests run it, on ranges of their own.
+JOURNAL_RETENTION_INTERVAL_SECONDS = float(
+    os.environ.get("JOURNAL_RETENTION_INTERVAL_SECONDS", "0")
+)
 
 # In-process tests render pages without running collectstatic first: plain storage, no
 # manifest. The served-like-production tests run gunicorn with the real settings and a

@@ -23,7 +23,9 @@ RUN_JOB = "agentops.jobs.run_task"
 DELIVER_JOB = "agentops.jobs.deliver_notification"
 # An audit of one provider's records (agentops.audit.services.audit_ring).
 AUDIT_JOB = "agentops.jobs.audit_provider"
-JOBS = frozenset({RUN_JOB, DELIVER_JOB, AUDIT_JOB})
+# The journal's retention, daily (agentops.retention.retention_sweep).
+RETENTION_JOB = "agentops.jobs.journal_retain"
+JOBS = frozenset({RUN_JOB, DELIVER_JOB, AUDIT_JOB, RETENTION_JOB})
 
 # The ``manage.py`` arguments that start one worker: the default queue, the scheduler that
 # rings delayed doorbells, JSON jobs only.

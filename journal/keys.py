@@ -18,6 +18,8 @@ cut, so two long names that differ only at their end stay two objects.
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 import unicodedata
 from functools import lru_cache
 from uuid import UUID
@@ -26,6 +28,23 @@ KEY_PREFIX = "ao"
 """What every key agentops makes starts with, before a colon: a step's (``journal_step_key``
 writes it; tests/journal/test_sql_files.py checks that the two agree), a compensation's, a
 notification's. It keeps our keys recognisable in a provider's dashboard and metadata."""
+
+def task_id_new(at: float | None = None) -> UUID:
+    """A new task's id: a UUID version 7 (RFC 9562), whose first 48 bits are the Unix time in
+    milliseconds (``at``, or now) and the rest random. Ids made later sort after those made
+    before, so a task, its steps and its entries fall in the journal's partition of the time
+    it was made (docs/design.md §17), and one range of ids is one range of time."""
+    ms = int((time.time() if at is None else at) * 1000)
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (
+        (ms & 0xFFFF_FFFF_FFFF) << 80
+        | 0x7 << 76  # the version
+        | (rand >> 62 & 0xFFF) << 64
+        | 0b10 << 62  # the variant
+        | rand & (1 << 62) - 1
+    )
+    return UUID(int=value)
+
 
 OBJECT_NAME_MAX = 255
 """The width of the columns that hold an object's name (``Step.guard``, ``Step.guard_key``)."""

@@ -9,7 +9,6 @@ per object (partial unique indexes); a task's status moves only along
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.contrib.postgres.indexes import BrinIndex
@@ -17,7 +16,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from journal.keys import step_id
+from journal.keys import step_id, task_id_new
 from journal.outcomes import LIVE_STATES, SETTLED_STATES, StepState
 
 
@@ -97,7 +96,8 @@ class TaskQuerySet(models.QuerySet["Task"]):
 class Task(models.Model):
     """One agent run: its goal, its business references, and who may advance it now."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Time-ordered (UUID version 7): the journal is partitioned by it (docs/design.md §17).
+    id = models.UUIDField(primary_key=True, default=task_id_new, editable=False)
     kind = models.CharField(max_length=100)
     goal = models.TextField()
     refs = models.JSONField(default=dict, blank=True)
@@ -194,13 +194,20 @@ STANDING_STATES = (StepState.PENDING, StepState.UNKNOWN, StepState.DONE)
 class Step(models.Model):
     """One decided action. The planner's decision *is* this record; it is never re-asked."""
 
-    # No index of its own: the unique (task, n) serves every read by task.
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="steps", db_index=False)
+    # No index of its own: the unique (task, n) serves every read by task. No foreign key in
+    # the database, here or below: the journal's tables are partitioned by task and a range
+    # of all three is dropped at once; a step is born only into a task that exists and holds
+    # its lease, undoing only a step of that task (journal/sql/journal_step_born).
+    task = models.ForeignKey(
+        Task, on_delete=models.PROTECT, related_name="steps", db_index=False, db_constraint=False
+    )
     n = models.PositiveIntegerField()
     kind = models.CharField(max_length=10, choices=StepKind, default=StepKind.CALL)
     tool = models.CharField(max_length=100, blank=True)
     args = models.JSONField(default=dict, blank=True)
-    key = models.CharField(max_length=255, unique=True)
+    # Unique with its task (journal_step_key_unique): a key is its task's own, so that is
+    # unique across tasks too (journal_step_born).
+    key = models.CharField(max_length=255)
     cost = models.CharField(max_length=10, blank=True)
     # NULL, not "", means "acts on no business object": the guards' unique indexes skip it.
     # `guard` is the object's name for people (journal.keys.object_label); `guard_key` is
@@ -223,6 +230,7 @@ class Step(models.Model):
         null=True,
         blank=True,
         db_index=False,  # the partial unique index on standing undos serves it
+        db_constraint=False,
         related_name="undos",
         help_text="The step of this task that this one undoes (a refund, release, cancel).",
     )
@@ -232,6 +240,7 @@ class Step(models.Model):
         null=True,
         blank=True,
         db_index=False,  # never searched by; steps are never deleted
+        db_constraint=False,
         related_name="+",
         help_text="The done step that undid this one.",
     )
@@ -267,6 +276,7 @@ class Step(models.Model):
         ordering = ["task", "n"]
         constraints = [
             models.UniqueConstraint(fields=["task", "n"], name="journal_step_task_n_unique"),
+            models.UniqueConstraint(fields=["key", "task"], name="journal_step_key_unique"),
             models.CheckConstraint(
                 condition=Q(state__in=StepState.values), name="journal_step_state_valid"
             ),
@@ -438,7 +448,11 @@ class Entry(models.Model):
 
     # One index, (task, id): every read is by task, and entries are never deleted, so the
     # foreign keys need none of their own (each would cost every insert).
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="entries", db_index=False)
+    # No foreign keys in the database (see Step.task): an entry is born only about a task
+    # that exists and a step of that task (journal/sql/journal_entry_born).
+    task = models.ForeignKey(
+        Task, on_delete=models.PROTECT, related_name="entries", db_index=False, db_constraint=False
+    )
     step = models.ForeignKey(
         Step,
         on_delete=models.PROTECT,
@@ -446,6 +460,7 @@ class Entry(models.Model):
         blank=True,
         related_name="entries",
         db_index=False,
+        db_constraint=False,
     )
     kind = models.CharField(max_length=30, choices=EntryKind)
     at = models.DateTimeField(db_default=Now())
@@ -478,7 +493,11 @@ class Approval(models.Model):
     """A person's approval of one held step of a saga: bound to its tool and the digest of its
     arguments, who decided and when, valid until ``expires_at``, and used once."""
 
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="approvals")
+    # No foreign keys in the database (see Step.task): the journal's retention removes a
+    # dropped range's approvals with it.
+    task = models.ForeignKey(
+        Task, on_delete=models.PROTECT, related_name="approvals", db_constraint=False
+    )
     tool = models.CharField(max_length=100)
     args = models.JSONField(default=dict)
     digest = models.CharField(max_length=64, help_text="sha256 of the tool and its arguments.")
@@ -490,7 +509,12 @@ class Approval(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_reason = models.TextField(blank=True)
     used_by = models.OneToOneField(
-        Step, on_delete=models.PROTECT, null=True, blank=True, related_name="approval"
+        Step,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="approval",
+        db_constraint=False,
     )
 
     class Meta:
@@ -514,3 +538,46 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"approval of {self.tool} for {self.task_id} [{self.state}]"
+
+
+class Partition(models.Model):
+    """One range of time of the journal: the tasks made in it, their steps and entries, each
+    table's partition named ``journal_<table>_<name>`` (docs/design.md §17). Made ahead of
+    time by ``journal_partitions_ensure``; dropped, once every task in it is over and nothing
+    has happened to any of them for the retention's keep, by ``journal_partition_drop``.
+    Kept by the database; the app may only read it."""
+
+    name = models.CharField(max_length=40, primary_key=True)
+    starts = models.DateTimeField()
+    ends = models.DateTimeField()
+    made_at = models.DateTimeField(db_default=Now())
+    dropped_at = models.DateTimeField(null=True, blank=True)
+    tasks = models.BigIntegerField(null=True, blank=True, help_text="How many it held, dropped.")
+
+    class Meta:
+        db_table = "journal_partition"
+        ordering = ["starts"]
+
+    def __str__(self) -> str:
+        return f"{self.name} [{self.starts:%Y-%m-%d %H:%M:%S}, {self.ends:%Y-%m-%d %H:%M:%S})"
+
+
+class Retention(models.Model):
+    """How the journal is partitioned and how long a range is kept once it is over: one row,
+    set by the owner (``journal.retention.retention_configure``, run by ``migrate`` from the
+    settings), read by the functions that make and drop partitions, so the app's role, which
+    may call them, cannot drop what is younger than ``keep_seconds``."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    partition_seconds = models.FloatField()
+    ahead = models.PositiveSmallIntegerField(help_text="How many ranges are made ahead.")
+    keep_seconds = models.FloatField(
+        null=True, blank=True, help_text="Kept this long after a range is over; null: for good."
+    )
+
+    class Meta:
+        db_table = "journal_retention"
+
+    def __str__(self) -> str:
+        return f"partitions of {self.partition_seconds:.0f} s, kept {self.keep_seconds} s"
+

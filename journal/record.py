@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, cast
+from uuid import UUID
 
 from django.db import IntegrityError, connection, transaction
 
 from journal.db import prepared_cursor
 from journal.entries import entries_add, entry
-from journal.keys import UnsafeName, object_key, object_label, undo_key
+from journal.keys import UnsafeName, object_key, object_label, task_id_new, undo_key
 from journal.leases import Deferred, Lease, LeaseLost, deferred_write, lease_seconds
 from journal.models import (
     GUARD_CONSTRAINT,
@@ -219,14 +220,20 @@ def task_create(
     refs: Mapping[str, Any] | None = None,
     actor: str = "",
     plan: list[dict[str, Any]] | None = None,
+    task_id: UUID | None = None,
 ) -> Task:
     """Start a task: the task row and its first entry, in one transaction. A saga's
-    ``plan`` (validated by the caller) is frozen with it."""
+    ``plan`` (validated by the caller) is frozen with it. Its id (``task_id_new``: now, and so
+    the journal's range of now) is the caller's when given (older work, into its range)."""
     # Inside a caller's transaction (task_start's) a savepoint would cost two round trips
     # and protect nothing: a failure here fails the caller's transaction as a whole.
     with transaction.atomic(savepoint=False):
         task = Task.objects.create(
-            kind=kind, goal=goal, refs=_json(dict(refs or {})), plan=_json(plan or [])
+            id=task_id or task_id_new(),
+            kind=kind,
+            goal=goal,
+            refs=_json(dict(refs or {})),
+            plan=_json(plan or []),
         )
         entries_add(
             entry(

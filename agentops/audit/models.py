@@ -86,11 +86,25 @@ class Finding(models.Model):
         max_length=255, blank=True, help_text="The provider's id for the effect ('' if none)."
     )
     key = models.CharField(max_length=255, blank=True, help_text="The step key it carries.")
+    # No foreign keys in the database: the journal's tables are partitioned, and a range of
+    # them is dropped whole (docs/design.md §17), with the findings about it.
     task = models.ForeignKey(
-        Task, on_delete=models.PROTECT, null=True, blank=True, related_name="+", db_index=False
+        Task,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
     )
     step = models.ForeignKey(
-        Step, on_delete=models.PROTECT, null=True, blank=True, related_name="+", db_index=False
+        Step,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
     )
     run = models.ForeignKey(
         AuditRun, on_delete=models.PROTECT, related_name="findings", db_index=False

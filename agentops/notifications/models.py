@@ -39,8 +39,14 @@ class Delivery(models.Model):
     when it stopped being tried (done, not done, or given up unknown).
     """
 
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="+", db_index=False)
-    entry = models.ForeignKey(Entry, on_delete=models.PROTECT, related_name="+", db_index=False)
+    # No foreign keys in the database: the journal's tables are partitioned, and a range of
+    # them is dropped whole (docs/design.md §17), with the deliveries about it.
+    task = models.ForeignKey(
+        Task, on_delete=models.PROTECT, related_name="+", db_index=False, db_constraint=False
+    )
+    entry = models.ForeignKey(
+        Entry, on_delete=models.PROTECT, related_name="+", db_index=False, db_constraint=False
+    )
     event = models.CharField(max_length=30, help_text="needs_human, finished, ...")
     key = models.CharField(max_length=255, unique=True, help_text="The Idempotency-Key sent.")
     payload = models.JSONField(help_text="The body, frozen when derived.")

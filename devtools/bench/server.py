@@ -93,7 +93,9 @@ class ServerCounters:
             cursor.execute(
                 f"""
                 WITH blocks AS (
-                    SELECT b.start_lsn, b.xid, b.record_type, c.relname
+                    -- A partition's blocks count as its table's (journal migration 0015).
+                    SELECT b.start_lsn, b.xid, b.record_type,
+                           COALESCE(pg_partition_root(c.oid)::text, c.relname::text) AS relname
                       FROM {SCHEMA}.pg_get_wal_block_info(%(a)s::pg_lsn, %(b)s::pg_lsn, false) b
                       JOIN pg_class c ON c.relfilenode = b.relfilenode
                      WHERE b.reldatabase = (SELECT oid FROM pg_database

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agentops.dbroles import APP_COLUMNS, CLAIM_TABLES
+from agentops.dbroles import APP_COLUMNS, CLAIM_TABLES, RETENTION_TABLES
 
 DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
 
@@ -55,5 +55,5 @@ def test_every_listed_table_and_updatable_column_is_in_design_section_4_with_a_r
 
 def test_the_tables_the_app_only_reads_are_named_too() -> None:
     section = _section_4()
-    for table in (*CLAIM_TABLES, "django_migrations"):
+    for table in (*CLAIM_TABLES, *RETENTION_TABLES, "django_migrations"):
         assert f"`{table}`" in section, table

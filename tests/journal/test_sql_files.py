@@ -142,7 +142,7 @@ def test_the_comparison_sees_a_changed_signature() -> None:
 
 def _triggers(text: str) -> dict[str, str]:
     """A file's CREATE TRIGGER statements by name, in one normal spacing."""
-    found = re.findall(r"(CREATE TRIGGER (\w+).*?);", text, re.DOTALL)
+    found = re.findall(r"(CREATE (?:CONSTRAINT )?TRIGGER (\w+).*?);", text, re.DOTALL)
     return {name: " ".join(statement.split()) for statement, name in found}
 
 

@@ -1,6 +1,7 @@
 """The sweeper: ring for every task the journal says is runnable and nobody runs, for every
-notification the journal owes (agentops/notifications) that is due and nobody attempts, and for
-every provider audit that is due or lost, or whose provider restarted (agentops/audit)."""
+notification the journal owes (agentops/notifications) that is due and nobody attempts, for
+every provider audit that is due or lost, or whose provider restarted (agentops/audit), and
+for the journal's retention once a day (agentops/retention.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from django.db import close_old_connections
 
 from agentops.audit.services import audits_sweep
 from agentops.notifications.services import notifications_sweep
+from agentops.retention import retention_sweep
 from agentops.runner import tasks_sweep
 from agentops.telemetry import instruments
 
@@ -63,6 +65,15 @@ class Command(BaseCommand):
             except Exception as exc:
                 log.warning(
                     "audit sweep failed: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                    extra={"error": str(exc)},
+                )
+            try:
+                retention_sweep()
+            except Exception as exc:
+                log.warning(
+                    "retention sweep failed: %s: %s",
                     type(exc).__name__,
                     exc,
                     extra={"error": str(exc)},
