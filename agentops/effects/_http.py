@@ -23,6 +23,7 @@ from urllib.parse import urlencode, urlsplit
 import certifi
 import requests
 import urllib3
+import urllib3.connectionpool
 from urllib3.exceptions import (
     ConnectTimeoutError,
     HTTPError,
@@ -152,15 +153,7 @@ def http_call(
     if params:
         url += ("&" if "?" in url else "?") + urlencode(params, doseq=True)
     try:
-        response = _pool(url).request(
-            method,
-            url,
-            body=data,
-            headers=headers,
-            timeout=urllib3.Timeout(connect=timeout, read=timeout),
-            retries=False,
-            redirect=False,
-        )
+        response = _send(method, url, data, headers, timeout)
     except (HTTPError, OSError, ValueError) as exc:
         return observe_exception(exc)
     try:
@@ -178,6 +171,40 @@ def http_call(
     )
 
 
+def _send(
+    method: str, url: str, body: bytes | None, headers: dict[str, str], timeout: float
+) -> urllib3.BaseHTTPResponse:
+    """One request, nothing retried and no redirect followed, on the origin's own pool of
+    kept-alive connections when it is reached directly (the path alone is sent, as a
+    browser would), through its manager when a proxy stands in between."""
+    manager = _pool(url)
+    limits = _timeouts.get(timeout)
+    if limits is None:
+        limits = _timeouts[timeout] = urllib3.Timeout(connect=timeout, read=timeout)
+    if isinstance(manager, urllib3.ProxyManager):
+        return manager.request(
+            method, url, body=body, headers=headers, timeout=limits, retries=False, redirect=False
+        )
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    origin = (os.getpid(), parts.scheme, parts.netloc)
+    pool = _origins.get(origin)
+    if pool is None:
+        pool = _origins[origin] = manager.connection_from_url(url)
+    return pool.urlopen(
+        method,
+        target,
+        body=body,
+        headers=headers,
+        timeout=limits,
+        retries=False,
+        redirect=False,
+        assert_same_host=False,
+    )
+
+
+_timeouts: dict[float, urllib3.Timeout] = {}
+_origins: dict[tuple[int, str, str], urllib3.connectionpool.HTTPConnectionPool] = {}
 _pools: dict[tuple[int, str, str], urllib3.PoolManager] = {}
 
 

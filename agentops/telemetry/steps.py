@@ -129,7 +129,8 @@ def record(events: Iterable[StepEvent]) -> None:
     """Log each event (one line, with its step's fields) and count it."""
     for event in events:
         level = logging.WARNING if event.what == "unknown" else logging.INFO
-        log.log(level, _sentence(event), extra=event.fields())
+        if log.isEnabledFor(level):  # the sentence and its fields only for a line written
+            log.log(level, _sentence(event), extra=event.fields())
         _count(event)
 
 
