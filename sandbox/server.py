@@ -1,8 +1,12 @@
-"""The HTTP layer of the sandbox providers: a threaded server on 127.0.0.1 (one request
-per connection), the request handler that parses a request and refuses one whose Host or
-Origin is not ours, the Stripe-style form decoding, and the command line (``serve``).
+"""The HTTP layer of the sandbox providers: a threaded server on 127.0.0.1 (HTTP/1.1,
+connections kept alive as a real provider's are), the request handler that parses a request
+and refuses one whose Host or Origin is not ours, the Stripe-style form decoding, and the
+command line (``serve``).
 
-Standard library only. Requests are handled concurrently (one thread per connection).
+Standard library only. Requests are handled concurrently (one thread per connection). A
+provider that goes "down" closes its listening socket and every kept-alive connection that is
+waiting for its next request; one that is answering a request closes once it has answered:
+so "down" refuses every new request, as it did when each request had its own connection.
 """
 
 from __future__ import annotations
@@ -98,8 +102,29 @@ class SandboxServer(ThreadingHTTPServer):
         self._state_lock = threading.Lock()
         self._closed = False
         self._down = False
+        # Kept-alive connections waiting for their next request (their handlers idle).
+        self._idle: set[socket.socket] = set()
         super().__init__(("127.0.0.1", port), _RequestHandler)
         provider.server = self
+
+    @property
+    def down(self) -> bool:
+        return self._down
+
+    def idle(self, sock: socket.socket, waiting: bool) -> None:
+        with self._state_lock:
+            if waiting:
+                self._idle.add(sock)
+            else:
+                self._idle.discard(sock)
+
+    def _close_idle(self) -> None:
+        """Close every kept-alive connection waiting for a request (the caller holds the
+        state lock): its next request must find the provider down."""
+        for sock in list(self._idle):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._idle.clear()
 
     def start(self) -> None:
         self._serve_thread = threading.Thread(target=self.serve_forever, daemon=True)
@@ -119,6 +144,7 @@ class SandboxServer(ThreadingHTTPServer):
             self._down = True
             self.shutdown()  # waits for serve_forever (running in its own thread) to return
             self.socket.close()
+            self._close_idle()
         timer = threading.Timer(seconds, self._come_back)
         timer.daemon = True
         timer.start()
@@ -146,9 +172,39 @@ class SandboxServer(ThreadingHTTPServer):
 
 class _RequestHandler(BaseHTTPRequestHandler):
     server: SandboxServer
-    protocol_version = "HTTP/1.0"  # one request per connection: "down" really refuses
+    protocol_version = "HTTP/1.1"
     server_version = "sandbox"
     sys_version = ""
+    # A kept-alive connection idle this long is closed (its thread ends).
+    timeout = 60
+
+    def handle_one_request(self) -> None:
+        self.server.idle(self.connection, True)
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+        except OSError:
+            self.raw_requestline = b""
+        finally:
+            self.server.idle(self.connection, False)
+        if not self.raw_requestline:
+            self.close_connection = True
+            return
+        if len(self.raw_requestline) > 65536:
+            self.requestline = ""
+            self.request_version = ""
+            self.command = ""
+            self.send_error(414)
+            return
+        if not self.parse_request():
+            return
+        method = getattr(self, "do_" + self.command, None)
+        if method is None:
+            self.send_error(501, f"Unsupported method ({self.command!r})")
+            return
+        method()
+        self.wfile.flush()
+        if self.server.down:
+            self.close_connection = True  # answered: the next request finds it down
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass
@@ -284,7 +340,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.send_response(response.status)
             self.send_header("Content-Type", response.content_type)
             self.send_header("Content-Length", str(len(payload)))
-            self.send_header("Connection", "close")
+            if self.server.down or self.close_connection:
+                self.send_header("Connection", "close")
             for name, value in response.headers.items():
                 self.send_header(name, value)
             self.end_headers()
