@@ -28,7 +28,7 @@ def _app_privileges_after_migrate(*, using: str, verbosity: int = 1, **kwargs: A
     from django.db import DEFAULT_DB_ALIAS, connections
 
     from agentops.dbroles import app_privileges_sync
-    from journal.retention import retention_configure
+    from journal.retention import partitions_ensure, retention_configure
 
     # The journal's retention as the settings say, written by the tables' owner (once the
     # journal has its table: a migrate to an older state leaves it alone).
@@ -40,6 +40,7 @@ def _app_privileges_after_migrate(*, using: str, verbosity: int = 1, **kwargs: A
             ahead=settings.JOURNAL_PARTITIONS_AHEAD,
             keep_seconds=keep if keep > 0 else None,
         )
+        partitions_ensure(using=using)  # the ranges of now and ahead, of that width
 
     app_role = settings.DATABASES[DEFAULT_DB_ALIAS].get("USER") or ""
     migrating_role = connections[using].settings_dict.get("USER") or ""

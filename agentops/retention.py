@@ -63,10 +63,10 @@ def journal_retain(*, archive_dir: Path | None = None) -> RetentionReport:
         with connection.cursor() as cursor:
             # The intent stays (its key is its memory); only the dropped task's link goes.
             cursor.execute(
-                "UPDATE agentops_intentkey SET task_id = NULL "
-                "WHERE task_id >= journal_uuid_at(p_at => %s) "
-                "AND task_id < journal_uuid_at(p_at => %s)",
-                [partition.starts, partition.ends],
+                "UPDATE agentops_intentkey i SET task_id = NULL "
+                "FROM journal_partition_dropped(p_name => %s) r "
+                "WHERE i.task_id >= r.low AND i.task_id < r.high",
+                [partition.name],
             )
             cursor.execute(
                 "SELECT agentops_notifications_forget(p_partition => %s)", [partition.name]

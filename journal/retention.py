@@ -65,10 +65,10 @@ def retention_configure(
     )
 
 
-def partitions_ensure() -> int:
+def partitions_ensure(*, using: str = "default") -> int:
     """Make the partitions of now, the range before and the configured number ahead, as far
     as they are missing; how many were made. Anyone may (the app does, daily)."""
-    with connection.cursor() as cursor:
+    with connections[using].cursor() as cursor:
         cursor.execute("SELECT journal_partitions_ensure()")
         made: int = cursor.fetchone()[0]
     return made

@@ -12,18 +12,16 @@ SECURITY DEFINER
 SET search_path = pg_catalog, public, pg_temp
 AS $$
 DECLARE
-    v_starts timestamptz;
-    v_ends timestamptz;
+    v_low uuid;
+    v_high uuid;
     v_gone bigint;
 BEGIN
-    SELECT p.starts, p.ends INTO v_starts, v_ends FROM journal_partition p
-     WHERE p.name = p_partition AND p.dropped_at IS NOT NULL;
+    SELECT r.low, r.high INTO v_low, v_high FROM journal_partition_dropped(p_name => p_partition) r;
     IF NOT FOUND THEN
         RETURN 0;  -- not a range the journal has dropped: nothing of it goes
     END IF;
     DELETE FROM agentops_notifications_delivery d
-     WHERE d.task_id >= journal_uuid_at(p_at => v_starts)
-       AND d.task_id < journal_uuid_at(p_at => v_ends);
+     WHERE d.task_id >= v_low AND d.task_id < v_high;
     GET DIAGNOSTICS v_gone = ROW_COUNT;
     RETURN v_gone;
 END
