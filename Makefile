@@ -10,7 +10,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # The browser tests drive Debian's Chromium (never one a tool downloads).
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test bench chaos promtool
+.PHONY: run test bench soak chaos promtool
 
 run: $(STAMP)
 	$(VENV)/bin/python scripts/stack.py run
@@ -37,6 +37,12 @@ bench: $(BENCH_STAMP)
 	$(VENV)/bin/python scripts/stack.py bench -- sh -c \
 		'$(VENV)/bin/python manage.py migrate -v0 && $(VENV)/bin/python manage.py collectstatic --noinput -v0 && $(VENV)/bin/python manage.py bench $(BENCH_ARGS)'
 
+# The soak (README "Benchmarks"): waves of renewals against a growing journal whose ranges are
+# 20 s wide and kept 30 s, so that retention drops ranges while it runs. SOAK_ARGS="--waves 5".
+SOAK_ARGS ?=
+soak: $(BENCH_STAMP)
+	JOURNAL_PARTITION_SECONDS=20 JOURNAL_RETAIN_SECONDS=30 JOURNAL_PARTITIONS_AHEAD=3 \
+		$(MAKE) bench BENCH_ARGS="--soak $(SOAK_ARGS)"
 
 # Installed when missing, as root (CI is); otherwise say how.
 $(CHROMIUM):

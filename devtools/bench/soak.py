@@ -3,8 +3,14 @@
 Waves of renewals (``wave_tasks`` each) through two RQ workers and the sandbox providers,
 one after another against a growing journal. After each wave: its throughput and latency
 percentiles, every process's memory, the journal's tables and indexes, dead tuples, the
-share of HOT updates of the steps in that wave, and Redis's keys. At the end, the last five
-waves against the first five.
+share of HOT updates of the steps in that wave, and Redis's keys; then the journal's
+retention, as its daily job runs it (agentops.retention.journal_retain). At the end, the
+last five waves against the first five, and the first wave's first invoice asked for again
+after its task's range was dropped: refused, naming its charge, and nothing sent.
+
+``make soak`` runs it with the journal's ranges a few seconds wide and kept half a minute
+(JOURNAL_PARTITION_SECONDS, JOURNAL_RETAIN_SECONDS), so that retention drops ranges while it
+runs, as it would over months.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ from typing import Any
 
 from django.db import connection
 
-from agentops.runner import run_queue
+from agentops.retention import journal_retain
+from agentops.runner import run_queue, task_start
 from devtools.bench import e2e
 from devtools.bench.stats import percentile
+from journal.models import Step, Task
 
 # The providers forget what is older than this (their --retain-seconds): a long soak must
 # show their memory bounded, as a demo left running for weeks needs it to be.
@@ -62,6 +70,8 @@ def journal_sizes() -> dict[str, Any]:
 def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     redis = run_queue().connection
+    dropped_partitions = dropped_tasks = 0
+    first_invoice = ""
     with (
         e2e.sandboxes("--retain-seconds", str(SANDBOX_RETAIN_SECONDS)) as world,
         e2e.workers(world, 2),
@@ -71,10 +81,15 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
         for wave in range(1, waves + 1):
             began = time.time()
             batch = e2e.batch_run(world, tasks=wave_tasks, tag=f"soak-{wave}")
+            if wave == 1:
+                first_invoice = Task.objects.get(pk=batch.task_ids[0]).refs["invoice"]
             sizes = journal_sizes()
             step_updates = sizes["journal_step"]["updates"] - before["journal_step"]["updates"]
             hot = sizes["journal_step"]["hot_updates"] - before["journal_step"]["hot_updates"]
             before = sizes
+            retained = journal_retain()
+            dropped_partitions += len(retained.dropped)
+            dropped_tasks += retained.tasks_dropped
             row: dict[str, Any] = {
                 "wave": wave,
                 "began": round(began, 1),
@@ -90,6 +105,11 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
                 "journal": sizes,
                 "step_hot_update_share": round(hot / step_updates, 3) if step_updates else None,
                 "redis_keys": int(redis.dbsize()),
+                "retention": {
+                    "dropped_partitions": len(retained.dropped),
+                    "dropped_tasks": retained.tasks_dropped,
+                    "tasks_in_journal": Task.objects.count(),
+                },
             }
             rows.append(row)
             say(
@@ -98,8 +118,16 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
                 + ", ".join(
                     f"{v} MB" for k, v in row["memory_mb"].items() if k.startswith("worker")
                 )
+                + f", {row['retention']['tasks_in_journal']} tasks in the journal"
             )
-    return {"waves": rows, "summary": soak_summary(rows)}
+        again = refused_again(world, first_invoice)
+    summary = soak_summary(rows)
+    summary["retention"] = {
+        "dropped_partitions": dropped_partitions,
+        "dropped_tasks": dropped_tasks,
+        "first_invoice_asked_again": again,
+    }
+    return {"waves": rows, "summary": summary}
 
 
 def soak_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -128,3 +156,38 @@ def soak_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"{role}_mb_last5"] = round(end, 1)
         out[f"{role}_growth"] = round(end / start - 1, 3) if start else None
     return out
+
+
+def refused_again(world: e2e.World, invoice: str) -> dict[str, Any]:
+    """The first wave's first invoice, renewed again at the end: what became of its charge,
+    whether its first task is still in the journal, and how many charges of it the provider
+    made since (nothing, if nothing was sent)."""
+    from sandbox.client import SandboxClient
+
+    payments = SandboxClient(world.providers["STRIPE_API_BASE"])
+    first_task_kept = Task.objects.filter(refs__invoice=invoice).exists()
+    since = time.time()
+    task = task_start(
+        kind="renewal",
+        goal=f"bench: renew {invoice} again",
+        refs={"invoice": invoice, "amount": 4900, "email": "b@e.ch"},
+    )
+    deadline = time.monotonic() + 60
+    while Task.objects.get(pk=task.pk).status not in ("finished", "needs_human"):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the renewal asked for again did not end within a minute")
+        time.sleep(0.05)
+    charge = Step.objects.get(task=task, tool="charge_customer")
+    sent = [
+        e
+        for e in payments.ledger(operation="payment_intents.create")
+        if e["at"] >= since and (e["params"].get("metadata") or {}).get("invoice") == invoice
+    ]
+    return {
+        "invoice": invoice,
+        "first_task_in_journal": first_task_kept,
+        "state": charge.state,
+        "refusal": charge.refusal,
+        "first_evidence": charge.outcome.get("first_evidence"),
+        "charges_sent": len(sent),
+    }

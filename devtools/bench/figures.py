@@ -1,0 +1,281 @@
+"""The README's benchmark figures, rendered from the runs' own output: measured, never typed.
+
+``make bench BENCH_ARGS="--out docs/bench/bench.json"`` and ``make soak SOAK_ARGS="--out
+docs/bench/soak.json"`` write the runs; ``python -m devtools.bench.figures --write README.md``
+puts them between the README's markers (``--check README.md`` says whether it holds them). A
+test checks that the README holds exactly what the files say.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+FIGURES_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench"
+BEGIN = "<!-- bench figures: rendered by python -m devtools.bench.figures; do not edit -->"
+END = "<!-- end of bench figures -->"
+
+Run = Mapping[str, Any]
+
+
+def _n(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def _interval(figures: Mapping[str, Any], digits: int = 0) -> str:
+    low, high = figures["ci95"]
+    return f"{_n(low, digits)}–{_n(high, digits)}"
+
+
+def _met(target: Mapping[str, Any]) -> str:
+    return "**met**" if target["met"] else "**not met**"
+
+
+def machine_line(run: Run) -> str:
+    m, code = run["machine"], run["code"]
+    settings = m["postgresql_settings"]
+    return (
+        f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB ({m['platform']}, Linux "
+        f"{m['kernel']}); Python {m['python']}; PostgreSQL {m['postgresql']} (fsync "
+        f"{settings['fsync']}, synchronous_commit {settings['synchronous_commit']}, "
+        f"shared_buffers {settings['shared_buffers']}); commit `{code['commit'][:10]}`"
+        f"{' with uncommitted changes' if code['uncommitted_changes'] else ''}; "
+        f"{run['began']} – {run['ended']}"
+    )
+
+
+def table_paths(run: Run) -> str:
+    opts = run["options"]
+    rows = [
+        ("the honest floor: two prepared autocommit statements a step", "raw_floor_steps_per_s"),
+        (
+            "**the production path**: the RQ job's call, a real kind's rules",
+            "production_steps_per_s",
+        ),
+        ("DBOS Transact, sequential", "dbos_steps_per_s"),
+        ("DBOS Transact, concurrent (`start_workflow`)", "dbos_concurrent_steps_per_s"),
+    ]
+    lines = [
+        f"{opts['repeat']} rounds of {opts['steps']:,} steps ({opts['per_task']} to a task), each "
+        "round's four parts in a shuffled order:",
+        "",
+        "| path | steps/s (median) | 95% interval | min – max |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, name in rows:
+        f = run[name]
+        lines.append(
+            f"| {label} | {_n(f['median'])} | {_interval(f)} | {_n(f['min'])} – {_n(f['max'])} |"
+        )
+    return "\n".join(lines)
+
+
+def table_ratios(run: Run) -> str:
+    ratios, targets = run["ratios"], run["targets"]
+    rows = [
+        ("production ÷ floor", "production_to_floor", "production_to_floor"),
+        (
+            "production ÷ DBOS sequential",
+            "production_to_dbos_sequential",
+            "production_to_dbos_sequential",
+        ),
+        ("production ÷ DBOS concurrent", "production_to_dbos_concurrent", None),
+    ]
+    lines = [
+        "| ratio (paired by round) | median | 95% interval | target |",
+        "|---|---:|---:|---|",
+    ]
+    for label, name, target in rows:
+        r = ratios[name]
+        goal = f"≥ {targets[target]['target']}: {_met(targets[target])}" if target else "—"
+        lines.append(f"| {label} | {r['median']:.2f} | {_interval(r, 2)} | {goal} |")
+    return "\n".join(lines)
+
+
+def table_step(run: Run) -> str:
+    per = run["per_step"]
+    last = next(k for k in per if k.startswith("step_") and k != "step_2")
+    return "\n".join(
+        [
+            f"| a step, as the server counts it | step 2 | {last.replace('_', ' ')} |",
+            "|---|---:|---:|",
+            f"| round trips | {per['step_2']['round_trips']} | {per[last]['round_trips']} |",
+            f"| commits | {per['step_2']['commits']} | {per[last]['commits']} |",
+            "",
+            f"WAL per step {_n(per['wal_bytes_per_step'])} bytes; "
+            f"{per['hot_update_share']:.0%} of the {per['step_updates']} settlements of the "
+            "steps were HOT updates.",
+        ]
+    )
+
+
+ROLES = ("worker", "postgres", "bench", "payments", "mail", "redis")
+
+
+def table_e2e(run: Run) -> str:
+    rates, cpu, latency = run["e2e_tasks_per_s"], run["e2e_cpu_ms_per_task"], run["e2e_latency_ms"]
+    target = run["targets"]["e2e_tasks_per_s_2_workers"]
+    names = list(rates)
+    head = " | ".join(n.replace("_", " ") for n in names)
+    lines = [
+        f"{run['options']['e2e_tasks']:,} renewals (a charge through the `stripe` library, a "
+        "receipt email) from `task_start` to finished, against the sandbox providers:",
+        "",
+        f"| end to end | {head} |",
+        "|---|" + "---:|" * len(names),
+        "| tasks/s | " + " | ".join(_n(rates[n], 1) for n in names) + " |",
+        "| latency p50 / p95 / p99, ms | "
+        + " | ".join(
+            f"{_n(latency[n]['p50'])} / {_n(latency[n]['p95'])} / {_n(latency[n]['p99'])}"
+            for n in names
+        )
+        + " |",
+    ]
+    for role in ROLES:
+        label = {"bench": "the program starting them"}.get(role, role)
+        lines.append(
+            f"| CPU a task, ms: {label} | "
+            + " | ".join(_n(cpu[n].get(role), 1) for n in names)
+            + " |"
+        )
+    lines.append(
+        "| CPU a task, ms: all | " + " | ".join(_n(sum(cpu[n].values()), 1) for n in names) + " |"
+    )
+    rss = run["worker_rss_mb"]
+    before = ", ".join(f"{v} MB" for v in rss["before"].values())
+    after = ", ".join(f"{v} MB" for v in rss["after"].values())
+    lines += [
+        "",
+        f"Target: ≥ {target['target']:.0f} tasks/s on 2 workers: {_met(target)}. Each worker's "
+        f"memory before and after its {rss['tasks']:,} tasks: {before} → {after}.",
+    ]
+    return "\n".join(lines)
+
+
+def table_dashboard(run: Run) -> str:
+    pages = run.get("dashboard_ms")
+    if not pages:
+        return ""
+    opts = run["options"]
+    lines = [
+        f"The operators' pages over {opts['dashboard_tasks']:,} tasks and "
+        f"{opts['dashboard_entries']:,} entries:",
+        "",
+        "| page | queries | p50 | p95 |",
+        "|---|---:|---:|---:|",
+    ]
+    names = {"task_list": "task list", "task_200_steps": "a 200-step task"}
+    for name, f in pages.items():
+        lines.append(
+            f"| {names.get(name, name)} | {f['queries']} | {f['p50']} ms | {f['p95']} ms |"
+        )
+    return "\n".join(lines)
+
+
+def table_soak(soak: Run) -> str:
+    s, waves = soak["summary"], soak["waves"]
+    again = s["retention"]["first_invoice_asked_again"]
+    shown = [w for w in waves if w["wave"] in (1, 2, 3, 4, 5) or w["wave"] % 5 == 0]
+    lines = [
+        f"The soak ({machine_line(soak)}): {len(waves)} waves of "
+        f"{soak['options']['wave_tasks']:,} renewals on 2 workers, {s['tasks']:,} in all, the "
+        "journal's ranges 20 s wide and kept 30 s (`make soak`):",
+        "",
+        "| wave | tasks/s | p95 ms | workers MB | payments MB | mail MB | PostgreSQL MB | "
+        "tasks in the journal | journal MB (tables + indexes) | dead step rows | HOT | "
+        "Redis keys |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for w in shown:
+        mem = w["memory_mb"]
+        workers = "+".join(f"{v:.0f}" for k, v in mem.items() if k.startswith("worker"))
+        size = sum(t["table_mb"] + t["indexes_mb"] for t in w["journal"].values())
+        hot = w["step_hot_update_share"]
+        lines.append(
+            f"| {w['wave']} | {w['tasks_per_s']} | {_n(w['latency_ms']['p95'])} | {workers} | "
+            f"{_n(mem.get('payments'))} | {_n(mem.get('mail'))} | {_n(mem.get('postgres'))} | "
+            f"{w['retention']['tasks_in_journal']:,} | {size:,.1f} | "
+            f"{w['journal']['journal_step']['dead_tuples']:,} | "
+            f"{'—' if hot is None else f'{hot:.0%}'} | {w['redis_keys']:,} |"
+        )
+    lines += [
+        "",
+        "Last five waves over the first five: throughput "
+        f"{s['throughput_last5_over_first5']:.2f}×, "
+        f"p95 {_n(s['p95_ms_first5'])} → {_n(s['p95_ms_last5'])} ms; memory first five → last "
+        "five: "
+        + ", ".join(
+            f"{role} {s[f'{role}_mb_first5']} → {s[f'{role}_mb_last5']} MB "
+            f"({s[f'{role}_growth']:+.1%})"
+            for role in ("worker", "payments", "mail", "postgres", "redis")
+            if s.get(f"{role}_growth") is not None
+        )
+        + ".",
+        "",
+        f"Retention dropped {s['retention']['dropped_partitions']} ranges, "
+        f"{s['retention']['dropped_tasks']:,} tasks, while it ran. The first wave's first "
+        f"invoice, renewed again at the end (its first task "
+        f"{'still' if again['first_task_in_journal'] else 'no longer'} in the journal): "
+        f"charge `{again['state']}` ({again['refusal'] or 'not refused'}), naming "
+        f"{', '.join(f'{k} `{v}`' for k, v in (again['first_evidence'] or {}).items())}; "
+        f"{again['charges_sent']} charge sent.",
+    ]
+    return "\n".join(lines)
+
+
+def render(bench: Run, soak: Run | None) -> str:
+    parts = [
+        BEGIN,
+        f"Measured on {machine_line(bench)}.",
+        table_paths(bench),
+        table_ratios(bench),
+        table_step(bench),
+        table_e2e(bench),
+        table_dashboard(bench),
+    ]
+    if soak is not None:
+        parts.append(table_soak(soak))
+    parts.append(END)
+    return "\n\n".join(p for p in parts if p)
+
+
+def runs_load(directory: Path = FIGURES_DIR) -> tuple[Run, Run | None]:
+    bench = json.loads((directory / "bench.json").read_text())
+    soak_path = directory / "soak.json"
+    soak = json.loads(soak_path.read_text()) if soak_path.exists() else None
+    return bench, soak
+
+
+def readme_block(text: str) -> str:
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[start:end]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=FIGURES_DIR)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", type=Path, metavar="README", help="replace the block there")
+    group.add_argument("--check", type=Path, metavar="README", help="exit 1 if it differs")
+    options = parser.parse_args(argv)
+    block = render(*runs_load(options.dir))
+    if options.write is not None:
+        text = options.write.read_text()
+        options.write.write_text(text.replace(readme_block(text), block))
+    elif options.check is not None:
+        if readme_block(options.check.read_text()) != block:
+            print(f"{options.check}: the bench figures differ from {options.dir}", file=sys.stderr)
+            return 1
+    else:
+        print(block)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
