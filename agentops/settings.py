@@ -244,21 +244,28 @@ JOURNAL_LEASE_SECONDS = _env_float("JOURNAL_LEASE_SECONDS", 60.0)
 JOURNAL_PREPARED_STATEMENTS = _env_bool("JOURNAL_PREPARED_STATEMENTS", True)
 
 
-def idle_in_transaction_limit(lease_seconds: float) -> dict[str, str]:
-    """The app's database sessions end when idle inside a transaction for a lease's length.
+def session_options(lease_seconds: float) -> dict[str, str]:
+    """How the app's database sessions are set up.
 
-    No service waits on anything but the database inside a transaction (provider calls happen
-    between them), so only a process that stopped mid-write (SIGSTOP, a frozen VM, a
-    debugger) is ever cut off. Such a runner holds its task's row lock: without this, every
-    runner that takes the task up after the lease expired would wait for it, however long.
-    Its write rolls back and it finds out when it wakes (journal.run.DatabaseLost).
+    - They end when idle inside a transaction for a lease's length. No service waits on
+      anything but the database inside a transaction (provider calls happen between them),
+      so only a process that stopped mid-write (SIGSTOP, a frozen VM, a debugger) is ever cut
+      off. Such a runner holds its task's row lock: without this, every runner that takes the
+      task up after the lease expired would wait for it, however long. Its write rolls back
+      and it finds out when it wakes (journal.run.DatabaseLost).
+    - Their statements (the journal's prepared ones, its functions' own) are planned once per
+      session and their partitions pruned as they run (docs/design.md §17): PostgreSQL would
+      otherwise plan a statement on the partitioned tables again at every call, judging a
+      plan for any values dearer than one for the values at hand, as it counts every
+      partition.
     """
-    return {"options": f"-c idle_in_transaction_session_timeout={int(lease_seconds * 1000)}"}
+    return {
+        "options": f"-c idle_in_transaction_session_timeout={int(lease_seconds * 1000)} "
+        "-c plan_cache_mode=force_generic_plan"
+    }
 
 
-DATABASES["default"].setdefault("OPTIONS", {}).update(
-    idle_in_transaction_limit(JOURNAL_LEASE_SECONDS)
-)
+DATABASES["default"].setdefault("OPTIONS", {}).update(session_options(JOURNAL_LEASE_SECONDS))
 # Django turns psycopg's prepared statements off (None); 0 prepares a statement on its first
 # use, in the only cursors that can: the journal's server-binding ones (journal/db.py).
 DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 0 if JOURNAL_PREPARED_STATEMENTS else None

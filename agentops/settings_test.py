@@ -26,7 +26,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Short leases so tests that take over an abandoned task wait fractions of a second.
 JOURNAL_LEASE_SECONDS = 2.0
-DATABASES["default"]["OPTIONS"].update(idle_in_transaction_limit(JOURNAL_LEASE_SECONDS))  # noqa: F405
+DATABASES["default"]["OPTIONS"].update(session_options(JOURNAL_LEASE_SECONDS))  # noqa: F405
 
 # The sweeper re-rings a task after a second, not half a minute.
 SWEEP_GRACE_SECONDS = 1.0

@@ -111,3 +111,10 @@ def test_the_rule_for_dropping_a_range_names_the_final_statuses_of_the_state_mac
     named = re.search(r"status NOT IN \(([^)]*)\)", text)
     assert named is not None
     assert set(re.findall(r"''(\w+)''", named.group(1))) == {str(s) for s in FINAL}
+
+
+def test_the_apps_sessions_plan_the_journals_statements_once() -> None:
+    """Planned again at every call otherwise (docs/design.md §17; agentops.settings)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone()[0] == "force_generic_plan"
