@@ -42,7 +42,7 @@ from journal.models import Task, TaskStatus
 from journal.policy import Policy
 from journal.record import task_create
 from journal.run import Advance, DatabaseLost, task_advance, task_unbuildable
-from journal.selectors import task_list_runnable
+from journal.selectors import task_list_runnable, task_to_run
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def task_run(*, task_id: UUID) -> Advance:
     (``DatabaseLost``), after the lease is given back as soon as the database answers
     again, and the task is rung for at once; runs that keep failing are bounded.
     """
-    task = Task.objects.get(pk=task_id)
+    task = task_to_run(task_id=task_id)
     owner = f"{socket.gethostname()}:{os.getpid()}"
     try:
         tools = tools_for(task)
