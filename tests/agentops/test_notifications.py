@@ -10,6 +10,7 @@ the job's service) or on real RQ workers with RQ's scheduler; real PostgreSQL an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -34,7 +35,6 @@ from django.db.models.functions import Now
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from agentops import runner
 from agentops.api.selectors import task_out
 from agentops.notifications import gauges, services
 from agentops.notifications.models import Delivery, DeliveryCursor, DeliveryState
@@ -43,15 +43,14 @@ from agentops.telemetry import instruments
 from agentops.workers import WORKER_ARGS, AgentopsWorker
 from devtools.database import database_url
 from devtools.process import Popen, end, free_port, spawn
-from journal.models import Approval, Attention, Entry, Step, Task
+from journal.models import Attention, Entry, Task
 from journal.operator import task_resume
 from journal.record import task_create
 from journal.run import task_advance
 from journal.status import task_flag
-from tests.agentops.test_sagas import trip_refs
 from tests.agentops.workers import quiet_world
 from tests.journal.support import ScriptedPlanner, invoice
-from tests.sandbox.fixtures import SandboxHandle, wait_for
+from tests.sandbox.fixtures import wait_for
 
 pytestmark = pytest.mark.usefixtures("committed")
 
@@ -137,8 +136,9 @@ class Receiver:
             pass  # its caller was killed meanwhile
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
+@contextlib.contextmanager
+def receiving() -> Iterator[Receiver]:
+    """A receiver of notifications on a free port, for as long as the block lasts."""
     rcv = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
@@ -153,9 +153,17 @@ def receiver() -> Iterator[Receiver]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     rcv.url = f"http://127.0.0.1:{server.server_port}/hooks/agentops"
-    yield rcv
-    server.shutdown()
-    server.server_close()
+    try:
+        yield rcv
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with receiving() as rcv:
+        yield rcv
 
 
 def notify_settings(url: str, **more: Any) -> dict[str, Any]:
@@ -170,8 +178,8 @@ def notify_settings(url: str, **more: Any) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def world() -> Iterator[Any]:
+@contextlib.contextmanager
+def notifying_world() -> Iterator[Any]:
     """An empty Redis, no task left advancing by earlier tests, and the notifications cursor
     moved past everything earlier tests did (they ran with notifications off), and no
     delivery of theirs left open."""
@@ -187,8 +195,16 @@ def world() -> Iterator[Any]:
     DeliveryCursor.objects.update_or_create(
         pk=1, defaults={"safe_entry_id": top, "seen_entry_id": None, "seen_xmax": None}
     )
-    yield conn
-    conn.flushdb()
+    try:
+        yield conn
+    finally:
+        conn.flushdb()
+
+
+@pytest.fixture
+def world() -> Iterator[Any]:
+    with notifying_world() as conn:
+        yield conn
 
 
 # --- Events, as the journal makes them --------------------------------------------------------
@@ -346,89 +362,6 @@ def test_a_receiver_down_for_two_attempts_gets_each_event_once_signed_and_the_ta
 
 
 # --- Sagas: held for a person, and compensated ---------------------------------------------
-
-SAGA_OVER = ("finished", "compensated", "cancelled", "needs_human", "awaiting_approval")
-
-
-@pytest.fixture
-def sagas(world: Any, on_sandbox: dict[str, Any], receiver: Receiver) -> Iterator[None]:
-    """Trips run in this process by the scripted planner against the sandbox providers, with
-    notifications on."""
-    with override_settings(
-        **on_sandbox, **notify_settings(receiver.url), PLANNER="scripted", TOOL_TIMEOUT_SECONDS=1.0
-    ):
-        yield
-
-
-def run(task: Task, timeout: float = 30) -> Task:
-    """Run the task as a worker would, in this process, until it stops."""
-    deadline = time.monotonic() + timeout
-    while True:
-        runner.task_run(task_id=task.pk)
-        task = Task.objects.get(pk=task.pk)
-        if task.status in SAGA_OVER:
-            return task
-        assert time.monotonic() < deadline, f"task {task.pk} still {task.status}"
-        time.sleep(0.05)
-
-
-def delivered_once(task: Task, event: str, receiver: Receiver) -> dict[str, Any]:
-    """The task's one delivery of ``event``: derived once, sent once; the body it carried."""
-    (delivery,) = [d for d in deliveries(task) if d.event == event]
-    delivery = attempted_until_settled(delivery.pk)
-    assert delivery.state == DeliveryState.DONE and delivery.attempts == 1
-    (sent,) = receiver.of(delivery.key)
-    assert sent.verified and sent.answer == "processed" and sent.event == f"task.{event}"
-    body: dict[str, Any] = json.loads(sent.body)
-    assert body["task"]["id"] == str(task.pk) and body["task"]["status"] == event
-    return body
-
-
-def test_a_held_saga_notifies_awaiting_approval_once(sagas: None, receiver: Receiver) -> None:
-    # Above 3,000.00 a person approves the charge before the card is touched.
-    task = run(runner.task_start(kind="trip", goal="a big trip", refs=trip_refs(amount=400000)))
-    assert task.status == "awaiting_approval"
-    held = Approval.objects.get(task=task, state="pending")
-    assert len(services.notifications_derive()) == 1
-    assert [d.event for d in deliveries(task)] == ["awaiting_approval"]
-    body = delivered_once(task, "awaiting_approval", receiver)
-    assert body["event"] == "task.awaiting_approval" and body["approval"] == held.pk
-    assert body["tool"] == "charge_customer" and "above 3,000.00 USD" in body["reason"]
-    # Run again while it waits (a sweep, a redelivered job): nothing new to tell.
-    runner.task_run(task_id=task.pk)
-    assert Task.objects.get(pk=task.pk).status == "awaiting_approval"
-    assert services.notifications_derive() == []
-
-    # Approved, it finishes: one more event, finished, and still one awaiting_approval.
-    assert runner.task_approve(
-        task_id=task.pk, approval_id=held.pk, digest=held.digest, actor="ops@example.com"
-    )
-    assert run(task).status == "finished"
-    assert len(services.notifications_derive()) == 1
-    assert [d.event for d in deliveries(task)] == ["awaiting_approval", "finished"]
-    delivered_once(task, "finished", receiver)
-    assert len(receiver.processed) == 2
-
-
-def test_a_compensated_saga_notifies_compensated_once(
-    sagas: None, receiver: Receiver, bookings_sandbox: SandboxHandle
-) -> None:
-    refs = trip_refs()
-    bookings_sandbox.client.config(full_hotels=[refs["hotel"]])
-    try:
-        task = run(runner.task_start(kind="trip", goal="Lisbon, hotel full", refs=refs))
-    finally:
-        bookings_sandbox.client.config(full_hotels=[])
-    assert task.status == "compensated"
-    assert Step.objects.get(task=task, tool="release_flight").state == "done"
-    assert len(services.notifications_derive()) == 1
-    assert services.notifications_derive() == []
-    # Its end is a task_finished entry too: told as compensated, never also as finished.
-    assert [d.event for d in deliveries(task)] == ["compensated"]
-    body = delivered_once(task, "compensated", receiver)
-    assert body["event"] == "task.compensated" and body["summary"].startswith("Compensated.")
-    assert body["task"]["previous_status"] == "runnable"
-    assert len(receiver.processed) == 1
 
 
 def test_a_reply_lost_after_the_receiver_acted_is_sent_again_with_the_same_key(
