@@ -49,8 +49,13 @@ class Roles:
             for pid in pids:
                 total += _cpu(pid)
                 if role == "postgres":
+                    # Its backends come and go: the living ones, and what those that ended
+                    # spent (the postmaster reaps them: its children's times).
                     with _gone_ok():
-                        total += sum(_cpu(c.pid) for c in psutil.Process(pid).children())
+                        postmaster = psutil.Process(pid)
+                        total += sum(_cpu(c.pid) for c in postmaster.children())
+                        ended = postmaster.cpu_times()
+                        total += float(ended.children_user + ended.children_system)
             out[role] = total
         return out
 
