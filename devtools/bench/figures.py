@@ -218,6 +218,8 @@ def table_soak(soak: Run) -> str:
         )
         + ".",
         "",
+        _levelled(waves),
+        "",
         f"Retention dropped {s['retention']['dropped_partitions']} ranges, "
         f"{s['retention']['dropped_tasks']:,} tasks, while it ran. The first wave's first "
         f"invoice, renewed again at the end (its first task "
@@ -227,6 +229,27 @@ def table_soak(soak: Run) -> str:
         f"{again['charges_sent']} charge sent.",
     ]
     return "\n".join(lines)
+
+
+def _levelled(waves: Sequence[Run]) -> str:
+    """Whether the memory that grows at first (the sandboxes fill up to their retention, the
+    database its buffers) levels off: each role's highest in the middle third of the waves
+    and in the last."""
+    third = max(1, len(waves) // 3)
+    middle, last = waves[third : 2 * third], waves[2 * third :]
+
+    def peak(rows: Sequence[Run], role: str) -> float:
+        return max(sum(v for k, v in w["memory_mb"].items() if k.startswith(role)) for w in rows)
+
+    parts = [
+        f"{role} {peak(middle, role):.0f} → {peak(last, role):.0f} MB"
+        for role in ("worker", "payments", "mail", "postgres", "redis")
+    ]
+    return (
+        f"Highest memory in waves {middle[0]['wave']}–{middle[-1]['wave']} and in waves "
+        f"{last[0]['wave']}–{last[-1]['wave']} (the sandboxes fill up to what they retain, "
+        "then forget as fast as they are asked): " + ", ".join(parts) + "."
+    )
 
 
 def render(bench: Run, soak: Run | None) -> str:
