@@ -239,7 +239,9 @@ def _levelled(waves: Sequence[Run]) -> str:
     middle, last = waves[third : 2 * third], waves[2 * third :]
 
     def peak(rows: Sequence[Run], role: str) -> float:
-        return max(sum(v for k, v in w["memory_mb"].items() if k.startswith(role)) for w in rows)
+        return float(
+            max(sum(v for k, v in w["memory_mb"].items() if k.startswith(role)) for w in rows)
+        )
 
     parts = [
         f"{role} {peak(middle, role):.0f} → {peak(last, role):.0f} MB"
