@@ -24,7 +24,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -54,7 +54,6 @@ REFUSED_KINDS = (EntryKind.DECISION_REJECTED, EntryKind.DECISION_REFUSED, EntryK
 RUN_VIAS = ("attempt", "lookup")
 # A lookup's result as journal.perform writes it → the metric's label.
 LOOKUP_RESULTS = {"done": "done", "not_done": "not_done", "not_found": "not_found"}
-FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)

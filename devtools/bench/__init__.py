@@ -1,10 +1,9 @@
-"""``manage.py bench``: what the journal's safety costs, measured in one run.
+"""``manage.py bench``: what agentops' promise costs, measured in one run (README "Benchmarks").
 
-Every figure is measured against the same PostgreSQL in the same run, repetitions
-interleaved, so the ratios hold on a noisy machine: the journal's runner path against the
-same two durable commits in plain psycopg and against a peer (DBOS
-Transact, when its extra is installed); renewals end to end through RQ workers and the
-sandbox; the cost of one step as counts (statements, round trips, WAL bytes) that do not
-depend on the machine; a worker's memory over a long run; and the operators' pages over a
-large journal.
+The production path (the RQ job's own call on a real kind: ``production``) against the honest
+floor (two prepared autocommit statements a step: ``floor``) and DBOS (``peer``), each round's
+parts in a shuffled order; a step's cost as the server counts it (``server``); renewals end to
+end through RQ workers and the sandboxes, with every process's CPU and memory (``e2e``,
+``procs``); the operators' pages over a large journal (``dashboard``); the soak (``soak``); the
+README's tables rendered from the runs' files (``figures``).
 """

@@ -21,7 +21,7 @@ from rq import Worker
 
 from agentops.runner import run_queue, task_start
 from agentops.workers import WORKER_ARGS
-from devtools.bench.procs import Roles, deltas, postmaster_pid, redis_pid, this_process
+from devtools.bench.procs import Roles, deltas, postmaster_pid, redis_pid
 from devtools.process import Popen, end, spawn
 from devtools.sandboxes import SandboxHandle, sandbox_spawn, sandboxes_ready, sandboxes_stop
 from journal.models import Step, Task
@@ -46,7 +46,6 @@ class World:
 
     providers: dict[str, str]
     handles: list[SandboxHandle]
-    workers: list[Popen] = field(default_factory=list)
     roles: Roles = field(default_factory=Roles)
 
 
@@ -61,7 +60,7 @@ def sandboxes(*args: str) -> Iterator[World]:
             providers={"STRIPE_API_BASE": handles[0].url, "MAIL_API_BASE": handles[1].url},
             handles=handles,
         )
-        world.roles.add("bench", [this_process()])
+        world.roles.add("bench", [os.getpid()])
         world.roles.add("payments", [handles[0].process.pid])
         world.roles.add("mail", [handles[1].process.pid])
         world.roles.add("postgres", [postmaster_pid()])
@@ -142,7 +141,7 @@ def batch_run(world: World, *, tasks: int, tag: str = "") -> Batch:
 def ledgers_check(world: World, ids: list[Any]) -> None:
     payments = SandboxClient(world.providers["STRIPE_API_BASE"])
     mail = SandboxClient(world.providers["MAIL_API_BASE"])
-    keys = {"charge_customer": set(), "send_email": set()}  # type: dict[str, set[str]]
+    keys: dict[str, set[str]] = {"charge_customer": set(), "send_email": set()}
     for step in Step.objects.filter(task__in=ids, kind="call").only("tool", "key"):
         keys.setdefault(step.tool, set()).add(step.key)
     for client, tool in ((payments, "charge_customer"), (mail, "send_email")):

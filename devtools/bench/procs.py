@@ -9,7 +9,6 @@ many times); the others are one process each, and their figure is its RSS.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +101,3 @@ def redis_pid(connection: Any) -> int:
 def deltas(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
     return {k: round(after[k] - before.get(k, 0.0), 3) for k in after}
 
-
-def this_process() -> int:
-    return os.getpid()
