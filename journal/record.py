@@ -413,7 +413,9 @@ def _settle_and_record(
     if row is None:
         return None
     changed, settled_version, settled_state, settled_key, step_id, n, key, version = row
-    lease.versions.append(int(settled_version))
+    if step_id is None:
+        # Settled alone. Recorded as well, both wrote the one version the record returns.
+        lease.versions.append(int(settled_version))
     if not changed:
         settled_otherwise(settle, state=settled_state, key=settled_key, task_id=lease.task_id)
         if settled_state != settle["state"]:

@@ -137,6 +137,8 @@ def test_a_webhook_that_says_otherwise_first_stops_the_next_record_and_is_a_conf
         (1, "not_done")
     ]
     assert Entry.objects.filter(task=task, kind=EntryKind.CONFLICT).count() == 1
+    # The number the one fence took for the record that was not made is given back.
+    assert task.step_count == 1
 
 
 def test_a_guard_that_refuses_the_next_record_still_lets_the_settlement_through() -> None:
@@ -195,3 +197,25 @@ def test_a_slow_planner_sees_the_settlement_committed_with_its_lease_stretched()
     # Durable while the model thinks, and the lease covers its longest answer: one write.
     assert state == "done"
     assert lease_left >= 5 * 60
+
+
+def test_only_the_combined_write_skips_a_fence() -> None:
+    """``p_fenced`` lets journal_settle and journal_record skip the lease's fence because the
+    caller fenced in the same statement: journal_settle_record is the one caller, in SQL or
+    in Python, that may pass it."""
+    from journal.sqlfiles import SQL_DIR, sql_newest
+
+    callers = {
+        name: file.path.name
+        for name, file in sql_newest().items()
+        if "p_fenced => true" in file.text
+    }
+    assert callers == {"journal_settle_record": "journal_settle_record.003.sql"}
+    root = SQL_DIR.parents[1]
+    python = [
+        path
+        for app in ("journal", "agentops", "commerce", "sandbox", "devtools")
+        for path in (root / app).rglob("*.py")
+        if "migrations" not in path.parts and "p_fenced" in path.read_text()
+    ]
+    assert python == []
