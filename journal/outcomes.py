@@ -70,10 +70,10 @@ IDEMPOTENCY_MISMATCH_CODES = frozenset({"idempotency_error"})
 MISCONFIGURED_STATUSES = frozenset({401, 403, 421})
 OBJECT_MISSING_CODES = frozenset({"resource_missing"})
 # Never sent because of something that will not pass by itself: a name that does not resolve,
-# a certificate that does not verify. Retried like any request that never left, then, if it
-# persists, our side is misconfigured.
+# a certificate that does not verify, a header that cannot be written as HTTP. Retried like
+# any request that never left, then, if it persists, our side is misconfigured.
 PERSISTENT_NOT_SENT = frozenset(
-    {"NameResolutionError", "gaierror", "SSLCertVerificationError", "InvalidURL"}
+    {"NameResolutionError", "gaierror", "SSLCertVerificationError", "InvalidURL", "InvalidHeader"}
 )
 
 

@@ -33,6 +33,7 @@ from urllib3.exceptions import (
     URLSchemeUnknown,
 )
 
+from agentops.effects import _wire
 from journal.outcomes import Interrupted, NotSent, Observation, Reply
 
 
@@ -60,6 +61,10 @@ def observe_exception(exc: BaseException) -> NotSent | Interrupted:
     else may follow a request the provider received.
     """
     message = str(exc)[:500]
+    if isinstance(exc, _wire.NotSentError):
+        return NotSent(exc.name, message)
+    if isinstance(exc, _wire.ReadTimedOut):
+        return Interrupted("ReadTimeout", message)
     for link in _causes(exc):
         if isinstance(
             link,
@@ -173,11 +178,15 @@ def http_call(
 
 def _send(
     method: str, url: str, body: bytes | None, headers: dict[str, str], timeout: float
-) -> urllib3.BaseHTTPResponse:
-    """One request, nothing retried and no redirect followed, on the origin's own pool of
-    kept-alive connections when it is reached directly (the path alone is sent, as a
-    browser would), through its manager when a proxy stands in between."""
+) -> urllib3.BaseHTTPResponse | _wire.Response:
+    """One request, nothing retried and no redirect followed, on the origin's own kept-alive
+    connections when it is reached directly (agentops.effects._wire; the path alone is
+    sent, as a browser would), through urllib3's manager when a proxy stands in between."""
     manager = _pool(url)
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if isinstance(manager, _wire.Origin):
+        return _wire.request(manager, method, target, body=body, headers=headers, timeout=timeout)
     limits = _timeouts.get(timeout)
     if limits is None:
         limits = _timeouts[timeout] = urllib3.Timeout(connect=timeout, read=timeout)
@@ -185,8 +194,6 @@ def _send(
         return manager.request(
             method, url, body=body, headers=headers, timeout=limits, retries=False, redirect=False
         )
-    parts = urlsplit(url)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     origin = (os.getpid(), parts.scheme, parts.netloc)
     pool = _origins.get(origin)
     if pool is None:
@@ -205,14 +212,16 @@ def _send(
 
 _timeouts: dict[float, urllib3.Timeout] = {}
 _origins: dict[tuple[int, str, str], urllib3.connectionpool.HTTPConnectionPool] = {}
-_pools: dict[tuple[int, str, str], urllib3.PoolManager] = {}
+_pools: dict[tuple[int, str, str], urllib3.PoolManager | _wire.Origin] = {}
 
 
-def _pool(url: str) -> urllib3.PoolManager:
-    """This process's connection pools for the provider at ``url``: through the proxy the
-    environment names for it (HTTPS_PROXY, HTTP_PROXY, unless NO_PROXY lists the host), with
-    the CA bundle the environment names (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE) or certifi's,
-    as requests would; read once per address."""
+def _pool(url: str) -> urllib3.PoolManager | _wire.Origin:
+    """This process's connections to the provider at ``url``: through the proxy the
+    environment names for it (HTTPS_PROXY, HTTP_PROXY, unless NO_PROXY lists the host) by
+    urllib3, directly otherwise (agentops.effects._wire; urllib3 still, for an address with
+    credentials in it or a scheme other than http and https); with the CA bundle the
+    environment names (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE) or certifi's, as requests would;
+    read once per address."""
     parts = urlsplit(url)
     origin = (os.getpid(), parts.scheme, parts.netloc)
     pool = _pools.get(origin)
@@ -226,6 +235,12 @@ def _pool(url: str) -> urllib3.PoolManager:
         proxy = urllib.request.getproxies().get(parts.scheme)
         if proxy and host and not urllib.request.proxy_bypass(host):
             pool = urllib3.ProxyManager(proxy, **options)
+        elif parts.scheme in ("http", "https") and host and "@" not in parts.netloc:
+            try:
+                port = parts.port
+            except ValueError as exc:  # a port that is not one: nothing can be sent
+                raise _wire.NotSentError("InvalidURL", f"{url}: {exc}") from exc
+            pool = _wire.origin_for(parts.scheme, host, port, options["ca_certs"])
         else:
             pool = urllib3.PoolManager(**options)
         _pools[origin] = pool
