@@ -27,9 +27,27 @@ StrictValidator = validators.extend(  # type: ignore[no-untyped-call]
 FORMATS = Draft202012Validator.FORMAT_CHECKER
 
 
+# A validator per schema, made the first time the schema is used (a tool's and a kind's
+# schemas are declared once, at import): kept with the schema itself, so that an id reused
+# by another object after this one is gone can never find it.
+_validators: dict[int, tuple[Mapping[str, Any], Any]] = {}
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    found = _validators.get(id(schema))
+    if found is None or found[0] is not schema:
+        if len(_validators) > 10_000:  # schemas made on the fly: never a growing cache
+            _validators.clear()
+        found = _validators[id(schema)] = (
+            schema,
+            StrictValidator(dict(schema), format_checker=FORMATS),
+        )
+    return found[1]
+
+
 def schema_problems(schema: Mapping[str, Any], value: Any, *, prefix: str = "") -> list[str]:
     """What is wrong with ``value`` under ``schema``, each a sentence naming where."""
-    validator = StrictValidator(dict(schema), format_checker=FORMATS)
+    validator = _validator(schema)
     problems = []
     for error in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
         path = ".".join(str(p) for p in error.absolute_path)
