@@ -21,6 +21,8 @@ class WebhookEvent(models.Model):
 
     class Meta:
         ordering = ["-received_at"]
+        # Retention forgets the oldest (agentops_webhook_events_forget, migration 0008).
+        indexes = [models.Index(fields=["received_at"], name="agentops_webhook_received")]
 
     def __str__(self) -> str:
         return f"{self.provider} {self.type} {self.id}"

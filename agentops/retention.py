@@ -8,7 +8,8 @@ The journal drops a range whole once its tasks are over and untouched for the ke
 (journal.retention); after it, what agentops keeps about that range's tasks follows: their
 notifications' deliveries go, and an intent asked for over MCP loses the link to its task
 (the intent itself, and the once-only claim its effect left, stay: asked again, it is
-refused with the first effect's evidence).
+refused with the first effect's evidence). What agentops keeps beside the journal goes by the
+same keep: a provider's notifications, and the audit's resolved findings and its runs.
 """
 
 from __future__ import annotations
@@ -56,9 +57,34 @@ def archive_to(directory: Path) -> Callable[[Partition], Path]:
     return archive
 
 
+def beside_forget() -> dict[str, int]:
+    """What agentops keeps beside the journal, let go as the journal's keep lets go
+    (journal_retention_before): a provider's notifications received before it, the audit's
+    findings resolved before it and its runs over before it with none left. Security
+    definers, as the app: the keep is the owner's. How many of each went, by table."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT agentops_webhook_events_forget()")
+        (events,) = cursor.fetchone()
+        cursor.execute("SELECT findings, runs FROM agentops_audit_forget()")
+        findings, runs = cursor.fetchone()
+    return {
+        "agentops_webhookevent": int(events),
+        "agentops_audit_finding": int(findings),
+        "agentops_audit_auditrun": int(runs),
+    }
+
+
 def journal_retain(*, archive_dir: Path | None = None) -> RetentionReport:
-    """The journal's retention run, then agentops' own rows about what it dropped."""
+    """The journal's retention run, then agentops' own rows about what it dropped, and what
+    agentops keeps beside the journal that is as old as the keep (:func:`beside_forget`)."""
     report = retention_run(archive=archive_to(archive_dir) if archive_dir else None)
+    report.forgotten.update(beside_forget())
+    if any(report.forgotten.values()):
+        log.info(
+            "retention forgot %s",
+            ", ".join(f"{n} of {table}" for table, n in report.forgotten.items()),
+            extra={"forgotten": dict(report.forgotten)},
+        )
     for partition in report.dropped:
         with connection.cursor() as cursor:
             # The intent stays (its key is its memory); only the dropped task's link goes.
@@ -118,4 +144,5 @@ def report_lines(report: RetentionReport) -> list[str]:
         for p in report.dropped
     ]
     lines += [f"kept {k.name} ({k.tasks} task(s)): {k.reason}" for k in report.kept]
+    lines += [f"forgot {n} row(s) of {table}" for table, n in report.forgotten.items() if n]
     return lines

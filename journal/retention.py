@@ -39,6 +39,8 @@ class RetentionReport:
     """Partitions made ahead."""
     dropped: list[Partition] = field(default_factory=list)
     kept: list[RangeKept] = field(default_factory=list)
+    forgotten: dict[str, int] = field(default_factory=dict)
+    """Rows the apps keep beside the journal that went by the same keep, by table."""
 
     @property
     def tasks_dropped(self) -> int:

@@ -76,6 +76,11 @@ def _where(pattern: str) -> list[str]:
             "journal/sql/journal_fence",
         ),
         ("a step's key is formatted", KEY_FORMAT, "journal/sql/journal_step_key"),
+        (
+            "the keep is turned into a moment",
+            r"make_interval\(\s*secs\s*=>\s*[\w.]*keep",
+            "journal/sql/journal_retention_before",
+        ),
         ("the keys' prefix is named", r"\bKEY_PREFIX\s*=", "journal/keys.py"),
     ],
 )
