@@ -58,7 +58,8 @@ def task_start(
     actor: str = "",
     plan: list[dict[str, Any]] | None = None,
 ) -> Task:
-    """Record a task, then ring for a worker once the record is committed.
+    """Record a task, then ring for a worker once the record is committed (one statement:
+    journal_task_create).
 
     Refuses (:class:`TaskRefused`, nothing recorded) an unknown kind, and a goal or refs that
     the kind does not accept: a task whose refs lack an amount would otherwise fail on every
@@ -71,10 +72,11 @@ def task_start(
         problems += plan_problems_of(kind=task_kind, plan=plan)
     if problems:
         raise TaskRefused(problems)
-    with transaction.atomic():
-        task = task_create(kind=kind, goal=goal, refs=refs or {}, actor=actor, plan=plan or [])
-        task_id = task.pk
-        transaction.on_commit(lambda: task_ring(task_id=task_id))
+    # One statement, committed by itself (one round trip), unless a caller's transaction holds
+    # it: the ring goes once it is committed, now or when that transaction commits.
+    task = task_create(kind=kind, goal=goal, refs=refs or {}, actor=actor, plan=plan or [])
+    task_id = task.pk
+    transaction.on_commit(lambda: task_ring(task_id=task_id))
     return task
 
 

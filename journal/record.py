@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, connection, transaction
 
 from journal.db import prepared_cursor
-from journal.entries import entries_add, entry
 from journal.keys import UnsafeName, object_key, object_label, task_id_new, undo_key
 from journal.leases import Deferred, Lease, LeaseLost, deferred_write, lease_seconds
 from journal.models import (
@@ -48,6 +48,10 @@ from journal.summary import evidence_label
 
 TASK_CONSTRAINTS = (GUARD_CONSTRAINT, ONCE_CONSTRAINT, UNDO_CONSTRAINT)
 
+# journal_task_create (journal/sql): the task's row and its first entry.
+TASK_CREATE = (
+    "SELECT journal_task_create(p_task => %s::jsonb, p_entry => %s::jsonb, p_actor => %s::text)"
+)
 # journal_record (journal/sql): fence, number, insert the step (or its refusal) and its entry.
 RECORD = (
     "SELECT * FROM journal_record(p_task => %(task)s::uuid, p_token => %(token)s::bigint, "
@@ -222,28 +226,33 @@ def task_create(
     plan: list[dict[str, Any]] | None = None,
     task_id: UUID | None = None,
 ) -> Task:
-    """Start a task: the task row and its first entry, in one transaction. A saga's
-    ``plan`` (validated by the caller) is frozen with it. Its id (``task_id_new``: now, and so
-    the journal's range of now) is the caller's when given (older work, into its range)."""
-    # Inside a caller's transaction (task_start's) a savepoint would cost two round trips
-    # and protect nothing: a failure here fails the caller's transaction as a whole.
-    with transaction.atomic(savepoint=False):
-        task = Task.objects.create(
-            id=task_id or task_id_new(),
-            kind=kind,
-            goal=goal,
-            refs=_json(dict(refs or {})),
-            plan=_json(plan or []),
+    """Start a task: the task row and its first entry, in one statement (journal_task_create:
+    one round trip, and in autocommit one commit). A saga's ``plan`` (validated by the
+    caller) is frozen with it. Its id (``task_id_new``: now, and so the journal's range of
+    now) is the caller's when given (older work, into its range)."""
+    task = Task(
+        id=task_id or task_id_new(),
+        kind=kind,
+        goal=goal,
+        refs=_json(dict(refs or {})),
+        plan=_json(plan or []),
+    )
+    # The row as the model makes it, its defaults filled in; when it was made is the
+    # database's to say.
+    row = {
+        field.column: getattr(task, field.attname)
+        for field in Task._meta.concrete_fields
+        if field.attname != "created_at"
+    }
+    data = {"goal": goal, **({"plan": task.plan} if task.plan else {})}
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            TASK_CREATE,
+            [json.dumps(row, cls=DjangoJSONEncoder), json.dumps(data), actor],
         )
-        entries_add(
-            entry(
-                kind=EntryKind.TASK_CREATED,
-                task_id=task.pk,
-                actor=actor,
-                goal=goal,
-                **({"plan": task.plan} if task.plan else {}),
-            )
-        )
+        (task.created_at,) = cursor.fetchone()
+    task._state.adding = False
+    task._state.db = connection.alias
     return task
 
 
