@@ -60,6 +60,7 @@ def _where(pattern: str) -> list[str]:
     ("what", "pattern", "place"),
     [
         ("an entry is written", r"INSERT INTO journal_entry\b", "journal/sql/journal_entry_add"),
+        ("a task is born", r"INSERT INTO journal_task\b", "journal/sql/journal_task_create"),
         (
             "a task's status changes",
             r"UPDATE journal_task\b[^;\x22]*?\bSET\b(?:(?!\bWHERE\b)[^;\x22])*\bstatus\s*=",

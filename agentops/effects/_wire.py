@@ -26,7 +26,6 @@ goes through urllib3 (``agentops.effects._http``).
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 import ssl
@@ -71,9 +70,10 @@ class Response:
 
 @dataclass
 class Origin:
-    """A provider's scheme, host and port, and this process's idle connections to it."""
+    """A provider's host and port (and TLS context, for https), and the idle connections to
+    it. One per address and process (agentops.effects._http keeps them: a forked child makes
+    its own, never using its parent's connections)."""
 
-    scheme: str
     host: str
     port: int
     host_header: str
@@ -115,12 +115,6 @@ class Origin:
                 return
         sock.close()
 
-    def close_idle(self) -> None:
-        with self.lock:
-            idle, self.idle = self.idle, []
-        for sock in idle:
-            sock.close()
-
 
 def _name(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
@@ -129,41 +123,36 @@ def _name(exc: BaseException) -> str:
 
 
 def _readable(sock: socket.socket) -> bool:
+    """Whether the connection has something to read (an idle one: the provider's close).
+    poll, not select: a process with more than 1,024 files open would find every connection
+    "readable" and never keep one."""
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return True
-    try:
-        ready, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(ready)
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
-_origins: dict[tuple[int, str, str], Origin] = {}
 _contexts: dict[str | None, ssl.SSLContext] = {}
 
 
 def origin_for(scheme: str, host: str, port: int | None, ca: str | None) -> Origin:
-    """This process's :class:`Origin` for the address (one per process: a forked child makes
-    its own, never using its parent's connections)."""
-    key = (os.getpid(), scheme, f"{host}:{port}")
-    found = _origins.get(key)
-    if found is None:
-        context = None
-        if scheme == "https":
-            context = _contexts.get(ca)
-            if context is None:
-                context = _contexts[ca] = ssl.create_default_context(cafile=ca)
-                context.set_alpn_protocols(["http/1.1"])
-        default = 443 if scheme == "https" else 80
-        bare = f"[{host}]" if ":" in host else host  # an IPv6 address, as a Host header has it
-        found = _origins[key] = Origin(
-            scheme=scheme,
-            host=host,
-            port=port or default,
-            host_header=f"{bare}:{port}" if port not in (None, default) else bare,
-            context=context,
-        )
-    return found
+    """A new :class:`Origin` for the address, with the TLS context for ``ca`` (the CA bundle)
+    when the scheme is https: one per bundle and process, made once."""
+    context = None
+    if scheme == "https":
+        context = _contexts.get(ca)
+        if context is None:
+            context = _contexts[ca] = ssl.create_default_context(cafile=ca)
+            context.set_alpn_protocols(["http/1.1"])
+    default = 443 if scheme == "https" else 80
+    bare = f"[{host}]" if ":" in host else host  # an IPv6 address, as a Host header has it
+    return Origin(
+        host=host,
+        port=port or default,
+        host_header=f"{bare}:{port}" if port not in (None, default) else bare,
+        context=context,
+    )
 
 
 def request(

@@ -10,14 +10,16 @@ import contextlib
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 import trustme
 
 from agentops.effects import _wire, http_call
+from agentops.effects._http import _pool
 from journal.outcomes import Interrupted, NotSent, Reply
+from tests.sandbox.fixtures import wait_for
 
 Handler = Callable[[socket.socket, "Provider"], None]
 
@@ -106,8 +108,10 @@ def answering(*answers: bytes) -> Handler:
     return handle
 
 
-def call(url: str, *, timeout: float = 5.0, **extra: object) -> object:
-    return http_call("POST", url + "/v1/things", key="k-1", timeout=timeout, json={"a": 1}, **extra)  # type: ignore[arg-type]
+def call(url: str, *, timeout: float = 5.0, headers: Mapping[str, str] | None = None) -> object:
+    return http_call(
+        "POST", url + "/v1/things", key="k-1", timeout=timeout, json={"a": 1}, headers=headers
+    )
 
 
 def test_calls_share_one_kept_alive_connection() -> None:
@@ -133,29 +137,13 @@ def test_a_kept_connection_the_provider_closed_is_replaced_not_reported() -> Non
     with provider(once_then_close) as p:
         assert call(p.url) == Reply(200, evidence={"id": "x_1"})
         assert closed.wait(5)
-        # The close is on the wire before the next call looks at the connection.
-        assert _wait_readable(p)
+        # The kept connection, whose close is on the wire before the next call looks at it.
+        origin = _pool(p.url)
+        assert isinstance(origin, _wire.Origin) and len(origin.idle) == 1
+        wait_for(lambda: _wire._readable(origin.idle[0]), what="the provider's close")
         assert call(p.url) == Reply(200, evidence={"id": "x_1"})
     assert p.connections == 2
     assert len(p.requests) == 2  # each request went once
-
-
-def _wait_readable(p: Provider) -> bool:
-    origin = _wire.origin_for("http", "127.0.0.1", p.port, None)
-    with origin.lock:
-        idle = list(origin.idle)
-    return all(_eventually(lambda s=s: _wire._readable(s)) for s in idle)  # type: ignore[misc]
-
-
-def _eventually(check: Callable[[], bool], seconds: float = 5.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.005)
-    return False
 
 
 def test_a_refused_connection_was_not_sent() -> None:
@@ -200,9 +188,9 @@ def test_an_answer_that_is_not_http_is_interrupted() -> None:
     "answer",
     [
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-        b"5;ext=1\r\n{\"id\"\r\n8\r\n: \"x_1\"}\r\n0\r\nTrailer: t\r\n\r\n",
+        b'5;ext=1\r\n{"id"\r\n8\r\n: "x_1"}\r\n0\r\nTrailer: t\r\n\r\n',
         b"HTTP/1.1 100 Continue\r\n\r\n" + OK,
-        b"HTTP/1.0 200 OK\r\n\r\n{\"id\": \"x_1\"}",  # read to the close
+        b'HTTP/1.0 200 OK\r\n\r\n{"id": "x_1"}',  # read to the close
     ],
     ids=["chunked", "after-a-100", "to-the-close"],
 )
