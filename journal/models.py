@@ -9,7 +9,7 @@ per object (partial unique indexes); a task's status moves only along
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
@@ -18,6 +18,21 @@ from django.db.models.functions import Now
 
 from journal.keys import step_id, task_id_new
 from journal.outcomes import LIVE_STATES, SETTLED_STATES, StepState
+
+if TYPE_CHECKING:
+    _NotNegative = models.PositiveIntegerField[int, int]
+else:
+    _NotNegative = models.PositiveIntegerField
+
+
+class CountField(_NotNegative):
+    """A count or a number, never negative as ``PositiveIntegerField`` says, but held to it by
+    the journal's triggers (journal_task_rules, journal_step_born, journal_step_rules) rather
+    than by a CHECK constraint, which PostgreSQL reads and plans again at every statement
+    that writes the row (docs/design.md §15)."""
+
+    def db_check(self, connection: Any) -> None:
+        return None
 
 
 class TaskStatus(models.TextChoices):
@@ -112,7 +127,7 @@ class Task(models.Model):
     # is unwinding (compensating its done steps, newest first). Unwinding never stops.
     plan = models.JSONField(default=list, blank=True)
     unwinding = models.BooleanField(default=False)
-    step_count = models.PositiveIntegerField(default=0)
+    step_count = CountField(default=0)
     created_at = models.DateTimeField(db_default=Now())
     # The lease (docs/design.md §11): one runner at a time, judged by the database clock.
     # Every acquisition increments the token; every journal write checks it (fencing).
@@ -128,7 +143,7 @@ class Task(models.Model):
     shortfall = models.BooleanField(default=False)
     # Runs taken up since the last one that ended cleanly: a task whose runs keep dying
     # (a crashing worker, a lost database) is handed to a human instead of re-run forever.
-    failed_runs = models.PositiveIntegerField(default=0)
+    failed_runs = CountField(default=0)
 
     objects = TaskQuerySet.as_manager()
 
@@ -143,19 +158,8 @@ class Task(models.Model):
             ("compensate_saga", "Can have a saga compensate"),
             ("resume_task", "Can resume or cancel a task that needs a human"),
         ]
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(status__in=TaskStatus.values), name="journal_task_status_valid"
-            ),
-            models.CheckConstraint(
-                condition=~Q(status=TaskStatus.WAITING) | Q(wake_at__isnull=False),
-                name="journal_task_waiting_has_wake_at",
-            ),
-            models.CheckConstraint(
-                condition=~Q(status=TaskStatus.NEEDS_HUMAN) | ~Q(attention_code=""),
-                name="journal_task_attention_has_code",
-            ),
-        ]
+        # A task is in one of its statuses, one that waits has a time to wake and one in front
+        # of a person a code: journal/sql/journal_task_rules, a trigger (docs/design.md §15).
         indexes = [
             # "Tasks that can advance and no live lease holds": the sweeper's query.
             models.Index(
@@ -201,7 +205,7 @@ class Step(models.Model):
     task = models.ForeignKey(
         Task, on_delete=models.PROTECT, related_name="steps", db_index=False, db_constraint=False
     )
-    n = models.PositiveIntegerField()
+    n = CountField()
     kind = models.CharField(max_length=10, choices=StepKind, default=StepKind.CALL)
     tool = models.CharField(max_length=100, blank=True)
     args = models.JSONField(default=dict, blank=True)
@@ -244,7 +248,7 @@ class Step(models.Model):
         related_name="+",
         help_text="The done step that undid this one.",
     )
-    retries = models.PositiveIntegerField(
+    retries = CountField(
         default=0, help_text="How many harness retries of a transient not-done came before."
     )
     undo_tool = models.CharField(
@@ -258,8 +262,8 @@ class Step(models.Model):
     state = models.CharField(max_length=10, choices=StepState, default=StepState.PENDING)
     detail = models.TextField(blank=True)
     outcome = models.JSONField(default=dict, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
-    lookups = models.PositiveIntegerField(default=0)
+    attempts = CountField(default=0)
+    lookups = CountField(default=0)
     first_started_at = models.DateTimeField(null=True, blank=True)
     # Frozen when the step is recorded, from the tool's declarations then: reconciliation
     # decides from the row, never from today's settings (docs/design.md §5).
@@ -277,14 +281,9 @@ class Step(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["task", "n"], name="journal_step_task_n_unique"),
             models.UniqueConstraint(fields=["key", "task"], name="journal_step_key_unique"),
-            models.CheckConstraint(
-                condition=Q(state__in=StepState.values), name="journal_step_state_valid"
-            ),
-            models.CheckConstraint(
-                condition=Q(state__in=SETTLED_STATES, settled_at__isnull=False)
-                | Q(state__in=LIVE_STATES, settled_at__isnull=True),
-                name="journal_step_settled_at_iff_settled",
-            ),
+            # A step is in one of its states and settled (settled_at) exactly when it is done
+            # or not_done: journal/sql/journal_step_born and journal_step_rules, triggers
+            # (docs/design.md §15).
             # The guards (docs/design.md §6) are not here: an index that named the state
             # would make every settlement rewrite every index of the step (no HOT update).
             # They are the claims below, kept by journal_step_claims.

@@ -6,6 +6,9 @@ The server sees everything:
 
 - **statements** (round trips: nothing here pipelines): ``pg_stat_statements``, every
   top-level statement each session sent, BEGIN and COMMIT included, for one role;
+- **statements inside**: the statements PostgreSQL ran within those (the journal's functions
+  and triggers), where the server tracks them (``pg_stat_statements.track = all``: the
+  tests' server; the benchmark's tracks only what is sent, and counts none);
 - **commits**, **WAL bytes**, **updates and HOT updates**: read back from the WAL itself
   (``pg_walinspect``) between two positions: a commit is a COMMIT record of a transaction
   that wrote a journal table; an update of ``journal_step`` is HOT when its record says so.
@@ -29,6 +32,7 @@ class Mark:
 
     lsn: str
     statements: int
+    nested: int = 0
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class Counts:
     statements: int
     commits: int
     wal_bytes: int
+    nested: int
     step_updates: int
     step_hot_updates: int
 
@@ -79,14 +84,16 @@ class ServerCounters:
     def mark(self) -> Mark:
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT pg_current_wal_flush_lsn()::text, COALESCE(sum(s.calls), 0)::bigint "  # noqa: S608 - a constant
+                "SELECT pg_current_wal_flush_lsn()::text, "  # noqa: S608 - the schema is a constant
+                "COALESCE(sum(s.calls) FILTER (WHERE s.toplevel), 0)::bigint, "
+                "COALESCE(sum(s.calls) FILTER (WHERE NOT s.toplevel), 0)::bigint "
                 f"FROM {SCHEMA}.pg_stat_statements s "
                 "WHERE s.userid = (SELECT oid FROM pg_roles WHERE rolname = %s) "
                 "AND s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
                 [self.role],
             )
-            lsn, statements = cursor.fetchone()
-        return Mark(lsn=str(lsn), statements=int(statements))
+            lsn, statements, nested = cursor.fetchone()
+        return Mark(lsn=str(lsn), statements=int(statements), nested=int(nested))
 
     def between(self, start: Mark, end: Mark) -> Counts:
         with self.connection.cursor() as cursor:
@@ -122,6 +129,7 @@ class ServerCounters:
             commits, wal_bytes, updates, hot = cursor.fetchone()
         return Counts(
             statements=end.statements - start.statements,
+            nested=end.nested - start.nested,
             commits=int(commits),
             wal_bytes=int(wal_bytes),
             step_updates=int(updates),

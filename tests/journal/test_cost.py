@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from devtools.bench.runner import POLICY, TOOLS, Countdown
+from devtools.bench.runner import POLICY, TOOLS, Countdown, NoopTool
 from journal.leases import lease_acquire
 from journal.perform import step_perform
 from journal.record import step_record, task_create
@@ -133,3 +133,46 @@ def test_the_steps_statements_are_prepared_on_the_server() -> None:
         prepared = " ".join(row[0] for row in cursor.fetchall())
     for function in ("journal_record", "journal_settle", "journal_finish"):
         assert function in prepared, function
+
+
+class OncePerInvoice(NoopTool):
+    """The no-op tool acting on a business object of its own each call, once per object: a
+    step that takes the guards' claims and gives the live one back, as a charge does."""
+
+    def guard(self, args: Any) -> str | None:
+        return f"invoice:INV-{args['i']}"
+
+    def once(self, args: Any) -> bool:
+        return True
+
+
+# What PostgreSQL runs inside the one statement a step sends (journal_settle_record), counted
+# by the server: the fence; the settlement, its claims given back and its entry, whose step is
+# checked to be the task's; the record, its birth rule, its claims and its entry, likewise.
+# A read of the task added (as the settlement and the record each made before they were told
+# what the fence took), a rule's query asked when it cannot fail, or a claim in two statements
+# (docs/design.md §15) shows here.
+STATEMENTS_INSIDE_A_STEP = 11
+
+
+@pytest.mark.parametrize("steps", [200])
+def test_the_server_runs_the_same_few_statements_inside_each_step(steps: int) -> None:
+    counters = _server_counters()
+    task = task_create(kind="bench", goal="long, once per invoice")
+    planner = Countdown(steps)
+    marks: list[Any] = []
+    decide = planner.decide
+
+    def noting(facts: Any) -> Any:
+        marks.append(counters.mark())
+        return decide(facts)
+
+    planner.decide = noting  # type: ignore[method-assign]
+    result = task_advance(
+        task_id=task.pk, planner=planner, tools={"noop": OncePerInvoice()}, policy=POLICY
+    )
+    assert result.stopped == "finished"
+    early = counters.between(marks[1], marks[2])
+    late = counters.between(marks[-2], marks[-1])
+    assert early.statements == late.statements == 1
+    assert early.nested == late.nested == STATEMENTS_INSIDE_A_STEP, (early, late)

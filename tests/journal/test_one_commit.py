@@ -10,6 +10,7 @@ nothing is lost and nothing happens twice.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -200,17 +201,18 @@ def test_a_slow_planner_sees_the_settlement_committed_with_its_lease_stretched()
 
 
 def test_only_the_combined_write_skips_a_fence() -> None:
-    """``p_fenced`` lets journal_settle and journal_record skip the lease's fence because the
-    caller fenced in the same statement: journal_settle_record is the one caller, in SQL or
-    in Python, that may pass it."""
+    """``p_fenced`` lets journal_settle and journal_record skip the lease's fence, and any read
+    of the task's row, because the caller fenced in the same statement and hands them what
+    its fence took: journal_settle_record is the one caller, in SQL or in Python, that may
+    pass it."""
     from journal.sqlfiles import SQL_DIR, sql_newest
 
     callers = {
         name: file.path.name
         for name, file in sql_newest().items()
-        if "p_fenced => true" in file.text
+        if re.search(r"\bp_fenced(_version)?\s*=>", file.text)
     }
-    assert callers == {"journal_settle_record": "journal_settle_record.003.sql"}
+    assert callers == {"journal_settle_record": "journal_settle_record.004.sql"}
     root = SQL_DIR.parents[1]
     python = [
         path
