@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.postgres.indexes import BrinIndex
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -20,19 +21,21 @@ from journal.keys import step_id, task_id_new
 from journal.outcomes import LIVE_STATES, SETTLED_STATES, StepState
 
 if TYPE_CHECKING:
-    _NotNegative = models.PositiveIntegerField[int, int]
+    _Integer = models.IntegerField[int, int]
 else:
-    _NotNegative = models.PositiveIntegerField
+    _Integer = models.IntegerField
 
 
-class CountField(_NotNegative):
-    """A count or a number, never negative as ``PositiveIntegerField`` says, but held to it by
-    the journal's triggers (journal_task_rules, journal_step_born, journal_step_rules) rather
-    than by a CHECK constraint, which PostgreSQL reads and plans again at every statement
-    that writes the row (docs/design.md §15)."""
+class CountField(_Integer):
+    """A count or a number, never negative (as a PositiveIntegerField), but held to it by the
+    journal's triggers (journal_task_rules, journal_step_born, journal_step_rules) rather than
+    by a CHECK constraint, which PostgreSQL reads and plans again at every statement that
+    writes the row (docs/design.md §15). Django validates it as it would a positive one."""
 
-    def db_check(self, connection: Any) -> None:
-        return None
+    default_validators = [MinValueValidator(0)]
+
+    def formfield(self, **kwargs: Any) -> Any:
+        return super().formfield(**{"min_value": 0, **kwargs})
 
 
 class TaskStatus(models.TextChoices):

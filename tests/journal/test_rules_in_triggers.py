@@ -151,3 +151,18 @@ def test_no_trigger_changes_the_row_it_checks() -> None:
     assigned = re.compile(r"\b(NEW|OLD)\.\w+\s*:=")
     for name, file in sql_newest().items():
         assert not assigned.search(file.text), f"{name} changes the row it checks"
+
+
+def test_the_hot_tables_carry_no_check_constraint() -> None:
+    """Neither a model's constraint nor a field's (a PositiveIntegerField's ``>= 0``) comes
+    back: PostgreSQL would read and plan it again at every write of a step (§15)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT conrelid::regclass::text, conname FROM pg_constraint
+             WHERE contype = 'c' AND conrelid IN ('journal_task'::regclass,
+                                                  'journal_step'::regclass,
+                                                  'journal_entry'::regclass)
+            """
+        )
+        assert cursor.fetchall() == []
