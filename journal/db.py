@@ -6,9 +6,10 @@ connection poolers). The statements every step makes (journal_record, journal_se
 journal_finish) go through :func:`prepared_cursor` instead: a server-binding cursor, on a
 connection whose ``prepare_threshold`` is 0 (agentops/settings.py), so each statement is
 prepared on first use: parsed and planned once per connection, then only executed
-(``tests/journal/test_cost.py`` reads ``pg_prepared_statements`` to prove it). It is still
-Django's cursor wrapper around it, so whatever watches the connection (query counts in
-tests, debug logging) sees these statements too.
+(``tests/journal/test_cost.py`` reads ``pg_prepared_statements`` to prove it). Whenever
+something watches the connection (query counts in tests, execute wrappers, debug logging),
+it is Django's cursor wrapper around it, so the watcher sees these statements too; otherwise
+the cursor itself, with Django's errors (an IntegrityError is Django's, as from any cursor).
 
 ``JOURNAL_PREPARED_STATEMENTS = False`` turns it off, for a pooler in transaction mode that
 cannot keep a session's prepared statements (PgBouncer before 1.21). Django's own cursors
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 
@@ -42,8 +43,42 @@ class _PreparedDebugWrapper(CursorDebugWrapper):
             yield
 
 
-def prepared_cursor() -> CursorWrapper:
-    connection.ensure_connection()
-    raw = psycopg.Cursor(connection.connection)
-    wrapper = _PreparedDebugWrapper if connection.queries_logged else CursorWrapper
-    return wrapper(raw, connection)
+def prepared_cursor() -> CursorWrapper | _Cursor:
+    db = connections[DEFAULT_DB_ALIAS]  # once: every use of `connection` looks it up again
+    db.ensure_connection()
+    raw = psycopg.Cursor(db.connection)
+    if db.queries_logged or db.execute_wrappers:
+        wrapper = _PreparedDebugWrapper if db.queries_logged else CursorWrapper
+        return wrapper(raw, db)
+    return _Cursor(raw, db)
+
+
+class _Cursor:
+    """The server-binding cursor itself, its errors Django's, when nothing watches the
+    connection: what Django's wrapper adds around each statement beyond that (its list of
+    execute wrappers, its log) is there only for watchers, and a step's statement is the
+    runner's hottest call."""
+
+    __slots__ = ("db", "raw")
+
+    def __init__(self, raw: psycopg.Cursor[Any], db: Any) -> None:
+        self.raw, self.db = raw, db
+
+    def __enter__(self) -> _Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.raw.close()
+
+    def execute(self, sql: str, params: Any = None) -> None:
+        self.db.validate_no_broken_transaction()
+        with self.db.wrap_database_errors:
+            self.raw.execute(sql, params)
+
+    def fetchone(self) -> Any:
+        with self.db.wrap_database_errors:
+            return self.raw.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        with self.db.wrap_database_errors:
+            return self.raw.fetchall()

@@ -171,7 +171,12 @@ def object_form(raw: str) -> str:
     space at all. A space that shows no width (U+200B) can sit anywhere in a word, so
     white space never tells two names apart: ``Ada Lovelace``, ``AdaLovelace`` and
     ``Ada Love\u200blace`` are one name. Merging two names is the safe side for a guard."""
-    folded = unicodedata.normalize("NFKC", object_name(raw).casefold())
+    name = object_name(raw)
+    if name.isascii():
+        # NFKC leaves ASCII as it is, folding keeps it ASCII, and of it only white space is
+        # blank: what splitting on white space takes out.
+        return "".join(name.lower().split())
+    folded = unicodedata.normalize("NFKC", name.casefold())
     return "".join(c for c in folded if not (c.isspace() or c in _BLANKS))
 
 

@@ -349,7 +349,7 @@ def step_record(
                     row = cursor.fetchone()
             if row is None:
                 raise not_recorded(lease)
-            step = Step(
+            step = Step.written(
                 pk=row[0],
                 task_id=lease.task_id,
                 n=row[1],

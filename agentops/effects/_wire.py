@@ -31,6 +31,7 @@ import socket
 import ssl
 import threading
 from dataclasses import dataclass, field
+from functools import lru_cache
 from urllib.parse import quote
 
 MAX_HEAD = 64 * 1024
@@ -188,19 +189,36 @@ def request(
 def _message(
     origin: Origin, method: str, target: str, body: bytes | None, headers: dict[str, str]
 ) -> bytes:
-    target = quote(target, safe=_SAFE)
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {origin.host_header}"]
+    lines = [f"{method} {_quoted(target)} HTTP/1.1", f"Host: {origin.host_header}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    if body is not None or method in ("POST", "PUT", "PATCH"):
+        lines.append(f"Content-Length: {len(body or b'')}")
+    text = "\r\n".join(lines)
+    # Each line ends where it should: no header carries a line break, a NUL or (in its name)
+    # a colon of its own. Told header by header only when the whole says one does.
+    breaks = len(lines) - 1
+    if text.count("\r") != breaks or text.count("\n") != breaks or "\0" in text:
+        _refuse_header(headers)
+    for name in headers:
+        if ":" in name:
+            _refuse_header({name: ""})
+    try:
+        head = (text + "\r\n\r\n").encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise NotSentError("InvalidHeader", f"a header is not Latin-1: {exc}") from exc
+    return head + body if body else head
+
+
+@lru_cache(maxsize=1024)
+def _quoted(target: str) -> str:
+    return quote(target, safe=_SAFE)
+
+
+def _refuse_header(headers: dict[str, str]) -> None:
     for name, value in headers.items():
         if any(c in name or c in value for c in "\r\n\0") or ":" in name:
             raise NotSentError("InvalidHeader", f"header {name!r} cannot be written as HTTP")
-        lines.append(f"{name}: {value}")
-    if body is not None or method in ("POST", "PUT", "PATCH"):
-        lines.append(f"Content-Length: {len(body or b'')}")
-    try:
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    except UnicodeEncodeError as exc:
-        raise NotSentError("InvalidHeader", f"a header is not Latin-1: {exc}") from exc
-    return head + (body or b"")
+    raise NotSentError("InvalidHeader", "the request's line cannot be written as HTTP")
 
 
 class _Reader:
@@ -213,6 +231,24 @@ class _Reader:
             return False
         self.buffer += chunk
         return True
+
+    def head(self) -> bytes:
+        """A status line and its headers, up to the empty line that ends them (not kept)."""
+        searched = 0
+        while True:
+            end = self.buffer.find(b"\r\n\r\n", searched)
+            if end >= 0:
+                head = bytes(self.buffer[:end])
+                del self.buffer[: end + 4]
+                return head
+            if len(self.buffer) > MAX_HEAD:
+                raise ProtocolError("the answer's headers are too large")
+            if len(self.buffer) >= 7 and not self.buffer.startswith(b"HTTP/1."):
+                # Told at once, not once the other side stops talking.
+                raise ProtocolError(f"not an HTTP answer: {bytes(self.buffer[:80])!r}")
+            searched = max(0, len(self.buffer) - 3)
+            if not self.fill():
+                raise ConnectionResetError("the provider closed the connection mid-answer")
 
     def line(self, limit: int) -> bytes:
         while True:
@@ -245,21 +281,14 @@ def _read(sock: socket.socket, *, head_only: bool) -> tuple[Response, bool]:
     """The answer, and whether the connection may carry another request."""
     reader = _Reader(sock)
     while True:
-        status_line = reader.line(MAX_HEAD)
+        status_line, *lines = reader.head().split(b"\r\n")
         version, _, rest = status_line.partition(b" ")
         code = rest[:3]
         if not version.startswith(b"HTTP/1.") or not code.isdigit():
             raise ProtocolError(f"not an HTTP answer: {status_line[:80]!r}")
         status = int(code)
         headers: dict[str, str] = {}
-        size = len(status_line)
-        while True:
-            line = reader.line(MAX_HEAD)
-            size += len(line) + 2
-            if size > MAX_HEAD:
-                raise ProtocolError("the answer's headers are too large")
-            if not line:
-                break
+        for line in lines:
             name, sep, value = line.partition(b":")
             if not sep:
                 raise ProtocolError(f"not a header: {line[:80]!r}")
