@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -200,21 +201,16 @@ def not_recorded(lease: Lease) -> Exception:
 
 def _json(value: Any) -> Any:
     # Freeze exactly what will be stored, so every attempt sends what the journal holds.
-    frozen = json.loads(json.dumps(value))
-    if _has_nul(frozen):
+    text = json.dumps(value)
+    if "\\u0000" in text and _NUL.search(text):
         # PostgreSQL's jsonb cannot hold it: refuse it here, as invalid, not as a crash.
         raise ValueError("a text contains a control character (NUL) that cannot be stored")
-    return frozen
+    return json.loads(text)
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
+# A NUL in any text of a value, as json.dumps writes it (\u0000, key or value): the escape
+# itself, not a backslash written as text before "u0000" (an even run of backslashes).
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def task_create(
