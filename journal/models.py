@@ -29,9 +29,9 @@ else:
 
 class CountField(_Integer):
     """A count or a number, never negative (as a PositiveIntegerField), but held to it by the
-    journal's triggers (journal_task_rules, journal_step_born, journal_step_rules) rather than
+    journal's triggers (journal_task_rules, journal_step_born, journal_step_moves) rather than
     by a CHECK constraint, which PostgreSQL reads and plans again at every statement that
-    writes the row (docs/design.md §15). Django validates it as it would a positive one."""
+    writes the row (docs/design.md §14). Django validates it as it would a positive one."""
 
     default_validators = [MinValueValidator(0)]
 
@@ -163,7 +163,7 @@ class Task(models.Model):
             ("resume_task", "Can resume or cancel a task that needs a human"),
         ]
         # A task is in one of its statuses, one that waits has a time to wake and one in front
-        # of a person a code: journal/sql/journal_task_rules, a trigger (docs/design.md §15).
+        # of a person a code: journal/sql/journal_task_rules, a trigger (docs/design.md §14).
         indexes = [
             # "Tasks that can advance and no live lease holds": the sweeper's query.
             models.Index(
@@ -286,8 +286,8 @@ class Step(models.Model):
             models.UniqueConstraint(fields=["task", "n"], name="journal_step_task_n_unique"),
             models.UniqueConstraint(fields=["key", "task"], name="journal_step_key_unique"),
             # A step is in one of its states and settled (settled_at) exactly when it is done
-            # or not_done: journal/sql/journal_step_born and journal_step_rules, triggers
-            # (docs/design.md §15).
+            # or not_done: journal/sql/journal_step_born and journal_step_moves, triggers
+            # (docs/design.md §14).
             # The guards (docs/design.md §6) are not here: an index that named the state
             # would make every settlement rewrite every index of the step (no HOT update).
             # They are the claims below, kept by journal_step_claims.

@@ -1,14 +1,15 @@
-"""A step's rules at a fraction of their cost (issue 19; docs/design.md §15): PostgreSQL reads
+"""A step's rules at a fraction of their cost (issue 19; docs/design.md §14): PostgreSQL reads
 and plans a CHECK constraint, and a trigger's WHEN clause, again at every statement that
 writes the row, and a step wrote its two tables five times. The CHECK constraints of the task
 and the step move into their triggers, whose expressions are planned once a session
-(journal_task_rules, journal_step_born, journal_step_rules: the same rules, raised with the
+(journal_task_rules, journal_step_born, journal_step_moves: the same rules, raised with the
 same names); the claims and the entry's birth rule lose their WHEN clauses and are taken
 before the row is written, a once-only effect's two claims in one statement; the rules no
-write of the hot path can break are asked only of the writes that could (UPDATE OF); the
-combined write tells the settlement and the record what its fence took instead of having them
-read the task's row again. journal_settle's and journal_record's ``p_fenced`` carry those
-values, so their old signatures are dropped first."""
+write of the hot path can break are asked only of the writes that could (UPDATE OF: a step's
+frozen identity, apart now from how it moves; a task's facts, a saga's plan); the combined
+write tells the settlement and the record what its fence took instead of having them read
+the task's row again. journal_settle's and journal_record's ``p_fenced`` carry those values,
+so their old signatures are dropped first."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ FILES = (
     ("journal_task_saga_rules", 2),
     ("journal_step_born", 3),
     ("journal_step_rules", 2),
+    ("journal_step_moves", 1),
     ("journal_step_undo_frozen", 2),
     ("journal_step_claims", 2),
     ("journal_entry_born", 2),

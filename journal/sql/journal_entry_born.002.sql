@@ -4,7 +4,7 @@
 -- entry when the transaction commits, as the foreign keys were, since it names the finish
 -- step, which is written after it (journal_finish). As the entry is written, the function
 -- itself passes the finish's status entry by: a WHEN clause there would be read and planned
--- again at every statement (§15).
+-- again at every statement (§14).
 CREATE OR REPLACE FUNCTION journal_entry_born() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, public, pg_temp

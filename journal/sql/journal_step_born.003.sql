@@ -7,7 +7,7 @@
 -- its task's partition is unique in the journal; and an undo undoes a step of its own task
 -- (the tables are partitioned and have no foreign keys: §17). Its counts are not negative and
 -- it is settled (settled_at) exactly when it is done or not_done: the rules CHECK constraints
--- held before, which PostgreSQL reads and plans again at every statement (§15).
+-- held before, which PostgreSQL reads and plans again at every statement (§14).
 -- The step of an undo is read only for an undo, and only when the key is not the step's own.
 CREATE OR REPLACE FUNCTION journal_step_born() RETURNS trigger
 LANGUAGE plpgsql

@@ -13,7 +13,7 @@
 -- Taken as the row is written (BEFORE: its id is drawn already, and a write that fails after
 -- takes its claims back with it), after the step's birth rules (journal_step_born sorts
 -- first). A step that acts on no object returns at once: no WHEN clause, which PostgreSQL
--- would read and plan again at every statement (§15). A once-only effect's two claims are
+-- would read and plan again at every statement (§14). A once-only effect's two claims are
 -- one statement, the live one first (it reads what the other writes): a second effect on an
 -- object whose first is still in flight is told so, not "already done". Its settlement (the
 -- live claim given back, the evidence kept), one statement too.

@@ -1,7 +1,7 @@
 -- A task is in one of its statuses (journal.status.TaskStatus: tests/journal/test_status.py
 -- checks the two agree); one that waits has a time to wake, one in front of a person a code
 -- saying why; its counts are never negative (docs/design.md §7). The rules CHECK constraints
--- held before, which PostgreSQL reads and plans again at every statement (§15): each is
+-- held before, which PostgreSQL reads and plans again at every statement (§14): each is
 -- raised as that constraint was, with its name.
 CREATE OR REPLACE FUNCTION journal_task_rules() RETURNS trigger
 LANGUAGE plpgsql

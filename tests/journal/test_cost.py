@@ -151,7 +151,7 @@ class OncePerInvoice(NoopTool):
 # checked to be the task's; the record, its birth rule, its claims and its entry, likewise.
 # A read of the task added (as the settlement and the record each made before they were told
 # what the fence took), a rule's query asked when it cannot fail, or a claim in two statements
-# (docs/design.md §15) shows here.
+# (docs/design.md §14) shows here.
 STATEMENTS_INSIDE_A_STEP = 11
 
 

@@ -1,5 +1,5 @@
 """The rules the task's and the step's CHECK constraints held, now in their triggers
-(docs/design.md §15: PostgreSQL reads and plans a CHECK constraint again at every statement;
+(docs/design.md §14: PostgreSQL reads and plans a CHECK constraint again at every statement;
 a trigger's expressions once a session). Each is refused as the constraint refused it (a
 check violation, with the constraint's name), as the app's role and as the owner; the lists
 the triggers hold are the Python enums'; and no trigger changes the row it checks, which is
@@ -139,7 +139,7 @@ def _quoted_list(name: str, after: str) -> list[str]:
 
 def test_the_triggers_lists_are_the_enums() -> None:
     assert _quoted_list("journal_task_rules", "NEW.status NOT IN") == TaskStatus.values
-    assert sorted(_quoted_list("journal_step_rules", "NEW.state NOT IN")) == sorted(
+    assert sorted(_quoted_list("journal_step_moves", "NEW.state NOT IN")) == sorted(
         StepState.values
     )
 
@@ -155,7 +155,7 @@ def test_no_trigger_changes_the_row_it_checks() -> None:
 
 def test_the_hot_tables_carry_no_check_constraint() -> None:
     """Neither a model's constraint nor a field's (a PositiveIntegerField's ``>= 0``) comes
-    back: PostgreSQL would read and plan it again at every write of a step (§15)."""
+    back: PostgreSQL would read and plan it again at every write of a step (§14)."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
