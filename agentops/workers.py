@@ -8,6 +8,7 @@ jobs as JSON only (a pickled payload runs code while it is read, before any chec
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rq.job import Job
@@ -103,6 +104,8 @@ class AgentopsWorker(SimpleWorker):
     ) -> None:
         if job_class not in (None, AgentopsJob, f"{__name__}.AgentopsJob", self.jobs):
             raise ValueError(f"agentops workers run {self.jobs.__name__} only, not {job_class!r}")
+        self._beaten: tuple[float, float] | None = None
+        """When the last beat went to Redis, and until when it keeps the keys (monotonic)."""
         super().__init__(queues, job_class=self.jobs, serializer=JSONSerializer, **kwargs)
 
     # The heartbeat (agentops_heartbeat_timestamp_seconds{process="worker"}) beats while the
@@ -111,13 +114,27 @@ class AgentopsWorker(SimpleWorker):
     # at a time, an idle worker shows it is alive well within the alert's 5 minutes.
     heartbeat_seconds = 30
 
+    # RQ beats to Redis (the worker's key and its executions' kept alive, three commands each
+    # time, not pipelined) when it waits for a job, twice as it takes one and as it starts it:
+    # five times a job, most of a job's commands to Redis. A beat that keeps the keys no longer
+    # than the last one did, within this many seconds of it, is not sent again: they live at
+    # least as long, less this, as asked.
+    heartbeat_every = 1.0
+
     @property
     def dequeue_timeout(self) -> int:
         return int(min(super().dequeue_timeout, self.heartbeat_seconds))
 
-    def heartbeat(self, *args: Any, **kwargs: Any) -> None:
-        super().heartbeat(*args, **kwargs)
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         instruments.heartbeat(instruments.WORKER)
+        at = time.monotonic()
+        lasting = timeout or self.worker_ttl + 60  # RQ's own default
+        if self._beaten is not None:
+            sent_at, until = self._beaten
+            if at - sent_at < self.heartbeat_every and at + lasting <= until + self.heartbeat_every:
+                return
+        super().heartbeat(timeout, pipeline)
+        self._beaten = (at, at + lasting)
 
     def execute_job(self, job: Job, queue: Any) -> None:
         instruments.heartbeat(instruments.WORKER)

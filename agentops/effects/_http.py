@@ -16,7 +16,7 @@ import json as jsonlib
 import os
 import ssl
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -97,24 +97,34 @@ def observe_exception(exc: BaseException) -> NotSent | Interrupted:
 class _ProviderSession(requests.Session):
     """requests reads the environment (proxy variables, NO_PROXY, the CA bundle) again for
     every request, walking all of ``os.environ`` each time: a tenth of a step's CPU. Here it
-    is read once per provider's address (scheme and host) in a process's life, with the
-    same result; a process started with other variables reads them."""
+    is read once per provider's address (scheme and host) and the request's own settings
+    (its proxies, stream, CA bundle, certificate: the ``stripe`` library names its bundle in
+    every request) in a process's life, with the same result; a process started with other
+    variables reads them."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._environment: dict[tuple[str, str], dict[str, Any]] = {}
+        self._environment: dict[Hashable, dict[str, Any]] = {}
 
     def merge_environment_settings(  # type: ignore[override]
         self, url: str, proxies: Any, stream: Any, verify: Any, cert: Any
     ) -> Any:
-        if proxies or stream is not None or verify is not None or cert is not None:
-            return super().merge_environment_settings(url, proxies, stream, verify, cert)
         parts = urlsplit(url)
-        origin = (parts.scheme, parts.netloc)
-        found = self._environment.get(origin)
+        try:
+            key = (
+                parts.scheme,
+                parts.netloc,
+                tuple(sorted((proxies or {}).items())),
+                stream,
+                verify,
+                cert,
+            )
+            found = self._environment.get(key)
+        except TypeError:  # a setting that cannot be a key (not a string, a tuple, a bool)
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
         if found is None:
             found = dict(super().merge_environment_settings(url, proxies, stream, verify, cert))
-            self._environment[origin] = found
+            self._environment[key] = found
         return {**found, "proxies": dict(found["proxies"])}
 
 

@@ -110,3 +110,42 @@ def test_our_own_job_is_accepted() -> None:
     )
     assert isinstance(job, AgentopsJob)
     assert job.refusal() is None
+
+
+@pytest.mark.usefixtures("committed")
+def test_a_worker_beats_to_redis_at_most_once_a_second_while_it_runs_jobs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RQ beats five times a job, three commands each; within a second of a beat that keeps
+    the worker's keys as long, the next is not sent (AgentopsWorker.heartbeat). One that must
+    keep them longer (a job's own timeout) always is."""
+    from rq.worker import SimpleWorker
+
+    sent: list[int | None] = []
+    real = SimpleWorker.heartbeat
+
+    def counted(self: SimpleWorker, timeout: int | None = None, pipeline: object = None) -> None:
+        sent.append(timeout)
+        real(self, timeout, pipeline)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SimpleWorker, "heartbeat", counted)
+    queue = django_rq.get_queue("default", serializer=JSONSerializer)
+    connection = queue.connection
+    for i in range(10):  # nothing to deliver (no NOTIFY_URL): each job is done at once
+        queue.enqueue("agentops.jobs.deliver_notification", i)
+    worker = AgentopsWorker([queue], connection=connection, name=f"beats-{os.getpid()}")
+    asked: list[int | None] = []
+    beat = worker.heartbeat
+
+    def asking(timeout: int | None = None, pipeline: object = None) -> None:
+        asked.append(timeout)
+        beat(timeout, pipeline)
+
+    monkeypatch.setattr(worker, "heartbeat", asking)
+    worker.work(burst=True)
+    assert len(asked) >= 3 * 10  # RQ asks for a beat several times a job...
+    assert len(sent) < len(asked) // 3  # ...and few go to Redis
+    longer = max(t for t in asked if t is not None)
+    before = len(sent)
+    worker.heartbeat(longer + 600)
+    assert sent[before:] == [longer + 600]
