@@ -25,7 +25,13 @@ from __future__ import annotations
 
 from agentops.effects._audit import Audit, ProviderEffect, audits, register_audit
 from agentops.effects._checks import declarations
-from agentops.effects._http import http_call, http_session, observe_exception
+from agentops.effects._http import (
+    Exchange,
+    http_call,
+    http_exchange,
+    http_session,
+    observe_exception,
+)
 from agentops.effects._http_tool import HttpTool
 from agentops.effects._intent import (
     Intent,
@@ -140,6 +146,7 @@ __all__ = [
     "CostClass",
     "Decision",
     "DemoTask",
+    "Exchange",
     "Finish",
     "HttpTool",
     "Intent",
@@ -176,6 +183,7 @@ __all__ = [
     "autodiscover",
     "declarations",
     "http_call",
+    "http_exchange",
     "http_session",
     "kind_get",
     "kinds",

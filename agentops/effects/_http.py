@@ -5,9 +5,11 @@ A request that provably never left is ``NotSent``; anything after a byte may hav
 
 :func:`http_call` talks to providers through urllib3 directly: one pool per provider's
 address and process, connections kept alive, nothing retried and no redirect followed (a
-provider's 3xx is its answer). requests (:func:`http_session`, which the ``stripe`` library
-is given) costs twice as much per call; its conveniences are kept here — the environment's
-proxy and CA-bundle variables, read once per address — and its errors are still told apart.
+provider's 3xx is its answer). A provider's own library sends its requests the same way
+(:func:`http_exchange`: the ``stripe`` library's transport, ``commerce.tools.payments``).
+requests (:func:`http_session`, for an app's library that wants a session) costs twice as
+much per call; its conveniences are kept here — the environment's proxy and CA-bundle
+variables, read once per address — and its errors are still told apart.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import ssl
 import urllib.request
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -61,10 +64,13 @@ def observe_exception(exc: BaseException) -> NotSent | Interrupted:
     else may follow a request the provider received.
     """
     message = str(exc)[:500]
-    if isinstance(exc, _wire.NotSentError):
-        return NotSent(exc.name, message)
-    if isinstance(exc, _wire.ReadTimedOut):
-        return Interrupted("ReadTimeout", message)
+    for link in _causes(exc):
+        # Our own client's (agentops.effects._wire), raised or wrapped (by a provider's
+        # library: http_exchange's callers): it says itself which it was.
+        if isinstance(link, _wire.NotSentError):
+            return NotSent(link.name, message)
+        if isinstance(link, _wire.ReadTimedOut):
+            return Interrupted("ReadTimeout", message)
     for link in _causes(exc):
         if isinstance(
             link,
@@ -183,6 +189,29 @@ def http_call(
         evidence=body if response.status < 400 else {},
         code=str(error.get("code") or error.get("type") or ""),
         message=str(error.get("message") or ""),
+    )
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """A provider's raw answer: its status, headers (by any case of their names) and body."""
+
+    status: int
+    headers: Mapping[str, str]
+    data: bytes
+
+
+def http_exchange(
+    method: str, url: str, *, body: bytes | None, headers: dict[str, str], timeout: float
+) -> Exchange:
+    """One request as :func:`http_call` makes it (the same connections, nothing retried, no
+    redirect followed), its answer as it came, for a provider's own library to read: a
+    transport it is given (``commerce.tools.payments.StripeTransport``). A failure is raised
+    as the client saw it; :func:`observe_exception` tells from it, however wrapped, whether
+    anything was sent."""
+    response = _send(method, url, body, headers, timeout)
+    return Exchange(
+        response.status, requests.structures.CaseInsensitiveDict(response.headers), response.data
     )
 
 

@@ -13,17 +13,19 @@ from datetime import timedelta
 from typing import Any
 
 import stripe
+import urllib3
 from django.conf import settings
 
 from agentops.effects import (
     NO_CONTROL,
     Interrupted,
     Money,
+    NotSent,
     Observation,
     Outcome,
     Reply,
     Tool,
-    http_session,
+    http_exchange,
     observe_exception,
 )
 
@@ -33,13 +35,65 @@ LIST_LOOKBACK = timedelta(hours=49)
 LIST_MAX_PAGES = 5
 
 
+class StripeTransport(stripe.HTTPClient):
+    """The ``stripe`` library's requests, sent by agentops' own client (``http_exchange``:
+    kept-alive connections, the environment's proxy and CA bundle, nothing retried): the
+    library builds every request, reads every answer and retries as it is told to, as with
+    its own transports, whose requests and http.client below it cost more than half of a
+    charge's CPU. A failure is the library's ``APIConnectionError``, wrapping what the client
+    saw (``observe_stripe`` tells from it whether anything was sent); the library may retry
+    one that sent nothing, or timed out, as it retries with requests."""
+
+    name = "agentops"
+
+    def __init__(self, *, timeout: float) -> None:
+        super().__init__()
+        self._timeout = timeout
+
+    def request(  # type: ignore[override]  # a body of bytes, as its requests transport's
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str] | None,
+        post_data: Any = None,
+        *,
+        _usage: list[str] | None = None,
+    ) -> tuple[bytes, int, Mapping[str, str]]:
+        body = post_data.encode() if isinstance(post_data, str) else post_data
+        try:
+            got = http_exchange(
+                method.upper(), url, body=body, headers=dict(headers or {}), timeout=self._timeout
+            )
+        except Exception as exc:  # what the client saw, for the library to wrap
+            seen = observe_exception(exc)
+            # As stripe's requests transport: a connection that failed or a timeout may be
+            # tried again (under the same idempotency key), a certificate refused never.
+            retry = isinstance(seen, NotSent) or isinstance(exc, _RETRIED)
+            raise stripe.APIConnectionError(  # type: ignore[no-untyped-call]
+                f"Unexpected error communicating with Stripe ({seen.error_class}: {seen.message})",
+                should_retry=retry and seen.error_class != "SSLCertVerificationError",
+            ) from exc
+        return got.data, got.status, got.headers
+
+    def request_stream(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("agentops reads no stream from Stripe")
+
+
+_RETRIED = (
+    TimeoutError,
+    ConnectionError,
+    urllib3.exceptions.TimeoutError,
+    urllib3.exceptions.ProtocolError,
+)
+
+
 def stripe_client(*, timeout: float) -> stripe.StripeClient:
     base = {"api": settings.STRIPE_API_BASE} if settings.STRIPE_API_BASE else None
     return stripe.StripeClient(
         settings.STRIPE_API_KEY,
         base_addresses=base,  # type: ignore[arg-type]
         max_network_retries=settings.STRIPE_MAX_NETWORK_RETRIES,
-        http_client=stripe.RequestsClient(timeout=timeout, session=http_session()),
+        http_client=StripeTransport(timeout=timeout),
     )
 
 
