@@ -103,7 +103,7 @@ def test_every_declared_schema_compiles(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(DECLARED))
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_declared_schema_compiled_accepts_what_strict_validator_accepts(
     name: str, data: st.DataObject
@@ -156,7 +156,7 @@ SCHEMAS = st.recursive(
 )
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=SCHEMAS, value=VALUES)
 @example(schema={"enum": [1]}, value=True)
 @example(schema={"enum": [True]}, value=1)
