@@ -80,6 +80,16 @@ SETTLE_RECORD = (
     "p_undo_tool => %(undo_tool)s::text, p_trusted => %(trusted)s::float8, "
     "p_lookup => %(lookup)s::float8)"
 )
+# journal_settle_finish (journal/sql): the settlement the runner held back, then the finish.
+SETTLE_FINISH = (
+    "SELECT * FROM journal_settle_finish(p_step => %(s_step)s::bigint, "
+    "p_state => %(s_state)s::text, p_detail => %(s_detail)s::text, "
+    "p_outcome => %(s_outcome)s::jsonb, p_settled => %(s_entry)s::jsonb, "
+    "p_task => %(task)s::uuid, p_token => %(token)s::bigint, p_lease => %(lease)s::float8, "
+    "p_to => %(to)s::text, p_shortfall => %(shortfall)s::boolean, "
+    "p_summary => %(detail)s::text, p_finished => %(outcome)s::jsonb, "
+    "p_decision => %(decision)s::jsonb, p_entry => %(entry)s::jsonb)"
+)
 # journal_finish (journal/sql): fence, number, finish the task and give the lease back,
 # insert the finish step.
 FINISH = (
@@ -338,7 +348,7 @@ def step_record(
             else (nullcontext())
         ):
             if unsettled is not None:
-                row = _settle_and_record(lease, unsettled, params)
+                row = _settle_and_write(lease, unsettled, params, SETTLE_RECORD)
             else:
                 with prepared_cursor() as cursor:
                     cursor.execute(RECORD, params)
@@ -395,19 +405,20 @@ def step_record(
     return step
 
 
-def _settle_and_record(
-    lease: Lease, held: Deferred, params: dict[str, Any]
+def _settle_and_write(
+    lease: Lease, held: Deferred, params: dict[str, Any], statement: str
 ) -> tuple[Any, ...] | None:
-    """journal_settle_record: the step settled by the attempt the runner made (``held``)
-    and the next step's record, in one statement and one commit. Returns the record's row
-    (step id, number, key, task version) like journal_record's, or None if nothing was
-    recorded because the lease was lost or the task moved. A step that had settled otherwise
+    """journal_settle_record or journal_settle_finish (``statement``): the step settled by
+    the attempt the runner made (``held``) and the next step's record or the finish, in one
+    statement and one commit. Returns the written step's row (step id, number, key, task
+    version) like journal_record's and journal_finish's, or None if nothing was written
+    because the lease was lost or the task moved. A step that had settled otherwise
     meanwhile is a conflict, recorded as any other report's, and the task is read again."""
     lease.deferred = None
     settle = held.params
     with prepared_cursor() as cursor:
         cursor.execute(
-            SETTLE_RECORD,
+            statement,
             {
                 **params,
                 **{f"s_{k}": settle[k] for k in ("step", "state", "detail", "outcome")},
@@ -578,23 +589,26 @@ def task_finish(
     """
     outcome = {"evidence": {"summary": summary}, "planner_summary": decision.summary[:5000]}
     raw = _json_or_repr(decision.raw)
-    deferred_write(lease)
-    with prepared_cursor() as cursor:
-        cursor.execute(
-            FINISH,
-            {
-                "task": lease.task_id,
-                "token": lease.token,
-                "lease": lease_seconds(),
-                "to": str(to),
-                "shortfall": shortfall,
-                "detail": summary,
-                "outcome": json.dumps(outcome),
-                "decision": json.dumps(raw),
-                "entry": json.dumps({"summary": summary}),
-            },
-        )
-        row = cursor.fetchone()
+    params: dict[str, Any] = {
+        "task": lease.task_id,
+        "token": lease.token,
+        "lease": lease_seconds(),
+        "to": str(to),
+        "shortfall": shortfall,
+        "detail": summary,
+        "outcome": json.dumps(outcome),
+        "decision": json.dumps(raw),
+        "entry": json.dumps({"summary": summary}),
+    }
+    unsettled = lease.deferred
+    if unsettled is not None and not connection.in_atomic_block:
+        # The last settlement and the finish, in one commit (journal_settle_finish).
+        row = _settle_and_write(lease, unsettled, params, SETTLE_FINISH)
+    else:
+        deferred_write(lease)
+        with prepared_cursor() as cursor:
+            cursor.execute(FINISH, params)
+            row = cursor.fetchone()
     if row is None:
         raise not_recorded(lease)
     lease.versions.append(int(row[3]))

@@ -131,7 +131,7 @@ def test_the_steps_statements_are_prepared_on_the_server() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements WHERE from_sql IS false")
         prepared = " ".join(row[0] for row in cursor.fetchall())
-    for function in ("journal_record", "journal_settle", "journal_finish"):
+    for function in ("journal_record", "journal_settle_record", "journal_settle_finish"):
         assert function in prepared, function
 
 

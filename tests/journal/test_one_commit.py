@@ -15,6 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from journal.leases import lease_acquire
 from journal.models import Entry, EntryKind, Step, Task
@@ -142,6 +144,51 @@ def test_a_webhook_that_says_otherwise_first_stops_the_next_record_and_is_a_conf
     assert task.step_count == 1
 
 
+def test_a_run_ends_in_one_statement_with_its_last_settlement() -> None:
+    """The last step's settlement and the finish are one commit (journal_settle_finish)."""
+    task = _task()
+    with CaptureQueriesContext(connection) as seen:
+        result = task_advance(
+            task_id=task.pk,
+            planner=ScriptedPlanner([charge(invoice())]),
+            tools={"charge": ChargeTool(Provider())},
+        )
+    assert result.stopped == "finished"
+    sent = [
+        q["sql"].split("(")[0]
+        for q in seen.captured_queries
+        if q["sql"].startswith("SELECT * FROM journal_")
+    ]
+    assert sent == ["SELECT * FROM journal_record", "SELECT * FROM journal_settle_finish"]
+    task.refresh_from_db()
+    steps = list(Step.objects.filter(task=task).order_by("n").values_list("n", "kind", "state"))
+    assert steps == [(1, "call", "done"), (2, "finish", "done")]
+    assert task.status == "finished" and task.step_count == 2 and task.lease_expires_at is None
+
+
+def test_a_webhook_that_says_otherwise_first_stops_the_finish_and_is_a_conflict() -> None:
+    task, provider = _task(), Provider()
+
+    def webhook(facts: TaskFacts) -> None:
+        step = Step.objects.get(task=task, n=1)
+        step_settle(step_id=step.pk, outcome=Outcome.not_done("refunded at once"), via="webhook")
+
+    result = task_advance(
+        task_id=task.pk,
+        planner=Interrupting([charge(invoice())], at=1, then=webhook),
+        tools={"charge": ChargeTool(provider)},
+    )
+    assert result.stopped == "needs_human"
+    task.refresh_from_db()
+    assert task.attention_code == "conflict" and task.status == "needs_human"
+    # Not finished on top of an outcome that did not stand; the finish's number given back.
+    assert list(Step.objects.filter(task=task).values_list("n", "kind", "state")) == [
+        (1, "call", "not_done")
+    ]
+    assert Entry.objects.filter(task=task, kind=EntryKind.CONFLICT).count() == 1
+    assert task.step_count == 1
+
+
 def test_a_guard_that_refuses_the_next_record_still_lets_the_settlement_through() -> None:
     task, provider = _task(), Provider()
     tool = ChargeTool(provider, once_per_object=True)
@@ -201,10 +248,10 @@ def test_a_slow_planner_sees_the_settlement_committed_with_its_lease_stretched()
 
 
 def test_only_the_combined_write_skips_a_fence() -> None:
-    """``p_fenced`` lets journal_settle and journal_record skip the lease's fence, and any read
-    of the task's row, because the caller fenced in the same statement and hands them what
-    its fence took: journal_settle_record is the one caller, in SQL or in Python, that may
-    pass it."""
+    """``p_fenced`` lets journal_settle, journal_record and journal_finish skip the lease's
+    fence, and any read of the task's row, because the caller fenced in the same statement
+    and hands them what its fence took: the combined writes, journal_settle_record and
+    journal_settle_finish, are the only callers, in SQL or in Python, that may pass it."""
     from journal.sqlfiles import SQL_DIR, sql_newest
 
     callers = {
@@ -212,7 +259,10 @@ def test_only_the_combined_write_skips_a_fence() -> None:
         for name, file in sql_newest().items()
         if re.search(r"\bp_fenced(_version)?\s*=>", file.text)
     }
-    assert callers == {"journal_settle_record": "journal_settle_record.004.sql"}
+    assert callers == {
+        "journal_settle_record": "journal_settle_record.004.sql",
+        "journal_settle_finish": "journal_settle_finish.001.sql",
+    }
     root = SQL_DIR.parents[1]
     python = [
         path
