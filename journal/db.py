@@ -72,8 +72,13 @@ class _Cursor:
 
     def execute(self, sql: str, params: Any = None) -> None:
         self.db.validate_no_broken_transaction()
+        # As bytes, made once per statement's text: psycopg would encode the text again at
+        # every call, and hash the new bytes to find what it made of it.
+        query = _encoded.get(sql)
+        if query is None:
+            query = _encoded.setdefault(sql, sql.encode()) if len(_encoded) < 256 else sql.encode()
         with self.db.wrap_database_errors:
-            self.raw.execute(sql, params)
+            self.raw.execute(query, params)
 
     def fetchone(self) -> Any:
         with self.db.wrap_database_errors:
@@ -82,3 +87,7 @@ class _Cursor:
     def fetchall(self) -> list[Any]:
         with self.db.wrap_database_errors:
             return self.raw.fetchall()
+
+
+_encoded: dict[str, bytes] = {}
+"""The journal's statements' texts as bytes (a few constants: never more than 256 kept)."""

@@ -16,7 +16,9 @@ from django.contrib.postgres.indexes import BrinIndex
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.db.models.base import ModelState
 from django.db.models.functions import Now
+from django.db.models.signals import post_init, pre_init
 
 from journal.keys import step_id, task_id_new
 from journal.outcomes import LIVE_STATES, SETTLED_STATES, StepState
@@ -321,17 +323,20 @@ class Step(models.Model):
     @classmethod
     def written(cls, **values: Any) -> Step:
         """The step a journal statement just wrote, from what it wrote (``values``, by field
-        name; every other field its default): made the way Django makes a row it read, by
-        position, not by the keyword path of ``Step(...)``, which costs the runner's step
-        several times as much."""
-        row = [
-            values.pop(name) if name in values else (default() if call else default)
-            for name, default, call in _defaults()
-        ]
-        made = cls(*row)  # type: ignore[misc]  # the stubs know only the keyword path
-        if values:
-            raise TypeError(f"Step has no fields {sorted(values)}")
-        return made
+        name; every other field its default): made as Django makes a row it read, its fields
+        set by name with no signal to send, not by the keyword path of ``Step(...)``, which
+        costs the runner's step several times as much."""
+        constants, made, known = _defaults()
+        if not values.keys() <= known:
+            raise TypeError(f"Step has no fields {sorted(values.keys() - known)}")
+        row = {**constants, **{name: make() for name, make in made.items() if name not in values}}
+        row.update(values)
+        if pre_init.has_listeners(cls) or post_init.has_listeners(cls):
+            return cls(**row)
+        step = cls.__new__(cls)
+        step._state = ModelState()
+        step.__dict__.update(row)
+        return step
 
     @property
     def step_id(self) -> str:
@@ -601,17 +606,17 @@ class Retention(models.Model):
 
 
 @lru_cache(maxsize=1)
-def _defaults() -> list[tuple[str, Any, bool]]:
-    """Each of Step's columns in order, by name (``pk`` for the primary key), with its default:
-    a value (None, 0, "", a choice: none ever changed in place), or what makes a fresh one
-    (``dict`` for a JSON object, Django for a database default), and which of the two."""
-    made: list[tuple[str, Any, bool]] = []
+def _defaults() -> tuple[dict[str, Any], dict[str, Any], frozenset[str]]:
+    """Step's columns by attribute name, with their defaults: the values (None, 0, "", a
+    choice: none is ever changed in place), and what makes a fresh one for the rest (``dict``
+    for a JSON object, Django for a database default)."""
+    constants: dict[str, Any] = {}
+    made: dict[str, Any] = {}
     for field in Step._meta.concrete_fields:
-        name = "pk" if field.primary_key else field.attname
         if field.has_default() and callable(field.default):
-            made.append((name, field.default, True))
+            made[field.attname] = field.default
         elif field.has_db_default():
-            made.append((name, field.get_default, True))
+            made[field.attname] = field.get_default
         else:
-            made.append((name, field.get_default(), False))
-    return made
+            constants[field.attname] = field.get_default()
+    return constants, made, frozenset(constants) | frozenset(made)

@@ -101,16 +101,24 @@ FINISH = (
 
 
 def _record_params(
-    lease: Lease, *, tool: str, args: Any, decision: Any, **more: Any
+    lease: Lease,
+    *,
+    tool: str,
+    args: Any,
+    decision: Any,
+    args_text: str | None = None,
+    decision_text: str | None = None,
+    **more: Any,
 ) -> dict[str, Any]:
-    """journal_record's arguments, its defaults filled in."""
+    """journal_record's arguments, its defaults filled in. ``args_text`` and ``decision_text``:
+    the JSON they were frozen as, when the caller has it (not written out again)."""
     return {
         "task": lease.task_id,
         "token": lease.token,
         "lease": lease_seconds(),
         "tool": tool,
-        "args": json.dumps(args),
-        "decision": json.dumps(decision),
+        "args": json.dumps(args) if args_text is None else args_text,
+        "decision": json.dumps(decision) if decision_text is None else decision_text,
         "forward": True,
         "cost": "",
         "guard": None,
@@ -142,6 +150,8 @@ class Checked:
     offsets: int | None = None
     guard: str | None = None
     guard_key: str | None = None
+    args_text: str | None = None
+    """The JSON the arguments were frozen as (None when they could not be)."""
 
 
 def decision_check(
@@ -156,8 +166,9 @@ def decision_check(
     (judged by ``facts``). Writes nothing: a saga asks before holding a call for a person,
     so nobody is asked to approve what would be refused."""
     tool = tools.get(decision.tool)
+    args_text: str | None = None
     try:
-        args = _json(dict(decision.args))
+        args, args_text = _frozen(dict(decision.args))
         problems = tool.validate(args) if tool is not None else []
     except (TypeError, ValueError) as exc:
         args, problems = {"unserialisable": repr(decision.args)[:2000]}, [str(exc)]
@@ -189,11 +200,18 @@ def decision_check(
             ),
         )
     if rules is None or facts is None:
-        return Checked(tool, args, guard=guard, guard_key=guard_key)
+        return Checked(tool, args, guard=guard, guard_key=guard_key, args_text=args_text)
     verdict = rules.check(tool=tool.name, args=args, facts=facts)
     if isinstance(verdict, Refused):
         return Checked(tool, args, verdict, guard=guard, guard_key=guard_key)
-    return Checked(tool, args, offsets=verdict.offsets, guard=guard, guard_key=guard_key)
+    return Checked(
+        tool,
+        args,
+        offsets=verdict.offsets,
+        guard=guard,
+        guard_key=guard_key,
+        args_text=args_text,
+    )
 
 
 class TaskMoved(Exception):
@@ -210,12 +228,17 @@ def not_recorded(lease: Lease) -> Exception:
 
 
 def _json(value: Any) -> Any:
-    # Freeze exactly what will be stored, so every attempt sends what the journal holds.
+    return _frozen(value)[0]
+
+
+def _frozen(value: Any) -> tuple[Any, str]:
+    """``value`` frozen as what will be stored, and the JSON it is stored as: so every attempt
+    sends what the journal holds."""
     text = json.dumps(value)
     if "\\u0000" in text and _NUL.search(text):
         # PostgreSQL's jsonb cannot hold it: refuse it here, as invalid, not as a crash.
         raise ValueError("a text contains a control character (NUL) that cannot be stored")
-    return json.loads(text)
+    return json.loads(text), text
 
 
 # A NUL in any text of a value, as json.dumps writes it (\u0000, key or value): the escape
@@ -303,7 +326,7 @@ def step_record(
     ):
         deferred_write(lease)  # only a plain record carries the settlement held back
         unsettled = None
-    raw = _json_or_repr(decision.raw)
+    raw, raw_text = _frozen_or_repr(decision.raw)
     refuse = _Refuser(lease=lease, decision=decision, args=checked.args, raw=raw, retries=retries)
     if checked.refused is not None:
         return refuse(checked.refused.code, checked.refused.reason, **dict(checked.refused.facts))
@@ -317,6 +340,8 @@ def step_record(
         tool=tool.name,
         args=args,
         decision=raw,
+        args_text=checked.args_text,
+        decision_text=raw_text,
         forward=undo_of is None,
         cost=str(tool.cost),
         guard=guard,
@@ -356,7 +381,7 @@ def step_record(
             if row is None:
                 raise not_recorded(lease)
             step = Step.written(
-                pk=row[0],
+                id=row[0],
                 task_id=lease.task_id,
                 n=row[1],
                 kind=StepKind.CALL,
@@ -500,12 +525,16 @@ def _guard_refusal(
 
 
 def _json_or_repr(value: Any) -> Any:
+    return _frozen_or_repr(value)[0]
+
+
+def _frozen_or_repr(value: Any) -> tuple[Any, str | None]:
     if value is None:
-        return {}
+        return {}, "{}"
     try:
-        return _json(value)
+        return _frozen(value)
     except (TypeError, ValueError):
-        return {"repr": repr(value)[:10000]}
+        return {"repr": repr(value)[:10000]}, None
 
 
 class _Refuser:
