@@ -41,8 +41,8 @@ from journal import operator
 from journal.models import Task, TaskStatus
 from journal.policy import Policy
 from journal.record import task_create
-from journal.run import Advance, DatabaseLost, task_advance, task_unbuildable
-from journal.selectors import task_list_runnable, task_to_run
+from journal.run import Advance, DatabaseLost, task_advance, task_take, task_unbuildable
+from journal.selectors import task_list_runnable
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +137,14 @@ def task_run(*, task_id: UUID) -> Advance:
     (``DatabaseLost``), after the lease is given back as soon as the database answers
     again, and the task is rung for at once; runs that keep failing are bounded.
     """
-    task = task_to_run(task_id=task_id)
     owner = f"{socket.gethostname()}:{os.getpid()}"
+    # The lease and what the runner is built from, in one statement.
+    taken = task_take(task_id=task_id, owner=owner)
+    if taken is None:
+        run_observed(task_id=task_id, stopped="busy", token=0, since=None)
+        log.info("task %s: busy", task_id, extra={**_task(task_id), "stopped": "busy"})
+        return Advance("busy")
+    task, lease = taken
     try:
         tools = tools_for(task)
         policy, rules = task_policy(task), rules_for(task)
@@ -151,6 +157,7 @@ def task_run(*, task_id: UUID) -> Advance:
             owner=owner,
             reason=f"the runner for this {task.kind} task could not be built "
             f"({type(exc).__name__}: {str(exc)[:300]}); fix the configuration, then resume it",
+            lease=lease,
         )
         run_observed(task_id=task_id, stopped=unbuilt.stopped, token=0, since=None)
         return unbuilt
@@ -162,6 +169,7 @@ def task_run(*, task_id: UUID) -> Advance:
             owner=owner,
             policy=policy,
             rules=rules,
+            lease=lease,
         )
     except DatabaseLost as lost:
         run_observed(task_id=task_id, stopped="database_lost", token=0, since=None)

@@ -88,6 +88,10 @@ class _Cursor:
         with self.db.wrap_database_errors:
             return self.raw.fetchall()
 
+    @property
+    def description(self) -> Any:
+        return self.raw.description
+
 
 _encoded: dict[str, bytes] = {}
 """The journal's statements' texts as bytes (a few constants: never more than 256 kept)."""

@@ -17,6 +17,8 @@ from uuid import UUID
 from django.conf import settings
 from django.db import connection
 
+from journal.db import prepared_cursor
+
 
 class LeaseLost(Exception):
     """Another runner holds the task now; this runner must stop without writing."""
@@ -87,7 +89,9 @@ def lease_acquire(*, task_id: UUID, owner: str, seconds: float | None = None) ->
     Counts the run as failed until :func:`lease_release` says it ended cleanly: a runner that
     dies (SIGKILL, a lost database) leaves the count up, and the next runner sees it.
     """
-    with connection.cursor() as cursor:
+    # Prepared once a session (journal/db.py), as the journal's own statements are: planning
+    # it on the partitioned table costs more than running it (docs/design.md §17).
+    with prepared_cursor() as cursor:
         cursor.execute(
             """
             UPDATE journal_task

@@ -14,12 +14,13 @@ recorded, while the lease is still held, as the reason the task needs a human.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import assert_never
+from typing import Any, assert_never
 from uuid import UUID
 
 from django.conf import settings
@@ -34,7 +35,7 @@ from journal.leases import (
     lease_acquire,
     lease_release,
 )
-from journal.models import Attention, Entry, EntryKind, Step, TaskStatus
+from journal.models import Attention, Entry, EntryKind, Step, Task, TaskStatus
 from journal.moves import MIN_BLOCKED_WAIT as MIN_BLOCKED_WAIT
 from journal.moves import blocked_until as blocked_until
 from journal.moves import first_delay
@@ -109,6 +110,27 @@ class DatabaseLost(Exception):
         self.task_id, self.released = task_id, released
 
 
+def task_take(*, task_id: UUID, owner: str) -> tuple[Task, Lease] | None:
+    """Take the task's lease for a run, with what the run is built from (its kind, refs and
+    plan), read in the same statement: None if a live lease is someone else's. Raises
+    ``Task.DoesNotExist``. Hand the lease to :func:`task_advance` (or
+    :func:`task_unbuildable`, if the run cannot be built)."""
+    lease = lease_acquire(task_id=task_id, owner=owner)
+    if lease is None:
+        if not Task.objects.filter(pk=task_id).exists():
+            raise Task.DoesNotExist(f"no task {task_id}")
+        return None
+    row = lease.task or {}
+    task = Task(
+        id=task_id, kind=row["kind"], refs=_decoded(row["refs"]), plan=_decoded(row["plan"])
+    )
+    return task, lease
+
+
+def _decoded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value  # jsonb as text, or not
+
+
 def task_advance(
     *,
     task_id: UUID,
@@ -117,8 +139,12 @@ def task_advance(
     owner: str | None = None,
     policy: Policy = DEFAULT_POLICY,
     rules: Rules | None = None,
+    lease: Lease | None = None,
 ) -> Advance:
-    lease = lease_acquire(task_id=task_id, owner=owner or f"runner-{uuid.uuid4()}")
+    """Advance the task as far as it goes now, under its lease: ``lease`` if it was taken
+    already (:func:`task_take`), else taken here (``busy`` if someone else holds it)."""
+    if lease is None:
+        lease = lease_acquire(task_id=task_id, owner=owner or f"runner-{uuid.uuid4()}")
     if lease is None:
         return Advance("busy")
     taken_at = (lease.task or {}).get("lease_taken_at")  # the row is handed on to the view
@@ -133,12 +159,16 @@ def task_advance(
     return replace(result, lease_token=lease.token, lease_taken_at=taken_at)
 
 
-def task_unbuildable(*, task_id: UUID, owner: str, reason: str) -> Advance:
+def task_unbuildable(
+    *, task_id: UUID, owner: str, reason: str, lease: Lease | None = None
+) -> Advance:
     """A run that could not even be built (its planner or its tools: an unknown setting, a
-    missing key, an import that fails) hands its task to a person, under the task's lease,
-    like any other failure, and counts as a failed run. A task that was not due to advance
-    (over, held, waiting for later) is left as it is, and nothing is counted."""
-    lease = lease_acquire(task_id=task_id, owner=owner)
+    missing key, an import that fails) hands its task to a person, under the task's lease
+    (``lease``, if it was taken already), like any other failure, and counts as a failed run.
+    A task that was not due to advance (over, held, waiting for later) is left as it is, and
+    nothing is counted."""
+    if lease is None:
+        lease = lease_acquire(task_id=task_id, owner=owner)
     if lease is None:
         return Advance("busy")
     row = lease.task or {}

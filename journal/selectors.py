@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from uuid import UUID
 
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 
-from journal.db import prepared_cursor
 from journal.models import Step, StepKind, Task
 from journal.outcomes import StepState
 from journal.protocols import StepFact, TaskFacts
 from journal.status import lease_free_q, runnable_q
-
-
-def task_to_run(*, task_id: UUID) -> Task:
-    """What a run needs of its task before it takes the lease (its kind, refs and plan), read
-    by a statement prepared once per session: planning one on the partitioned journal costs
-    more than running it (docs/design.md §17). Raises ``Task.DoesNotExist``."""
-    with prepared_cursor() as cursor:
-        cursor.execute(
-            "SELECT t.kind, t.refs, t.plan FROM journal_task t WHERE t.id = %s", [task_id]
-        )
-        row = cursor.fetchone()
-    if row is None:
-        raise Task.DoesNotExist(f"no task {task_id}")
-    kind, refs, plan = row  # jsonb as text on Django's connections (JSONField decodes it)
-    return Task(id=task_id, kind=kind, refs=json.loads(refs), plan=json.loads(plan))
 
 
 def task_facts(*, task: Task) -> TaskFacts:

@@ -43,7 +43,9 @@ Check = Callable[[Any], bool]
 _validators: dict[int, tuple[Mapping[str, Any], Any, Check | None]] = {}
 
 
-def _validator(schema: Mapping[str, Any]) -> tuple[Any, Check | None]:
+def schema_validator(schema: Mapping[str, Any]) -> tuple[Any, Check | None]:
+    """``schema``'s StrictValidator, and the schema compiled (:func:`compiled`) when it can be:
+    made once per schema."""
     found = _validators.get(id(schema))
     if found is None or found[0] is not schema:
         if len(_validators) > 10_000:  # schemas made on the fly: never a growing cache
@@ -62,7 +64,7 @@ def schema_problems(schema: Mapping[str, Any], value: Any, *, prefix: str = "") 
     A value the compiled schema accepts has nothing wrong with it: the common case costs a
     few plain comparisons. Anything else is judged by ``StrictValidator`` itself, which also
     says what is wrong."""
-    validator, quick = _validator(schema)
+    validator, quick = schema_validator(schema)
     if quick is not None and quick(value):
         return []
     problems = []

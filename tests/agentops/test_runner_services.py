@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,6 +86,39 @@ def test_starting_a_task_is_one_statement_and_one_commit_then_one_ring(world: An
     assert list(Entry.objects.filter(task_id=task.pk).values_list("kind", "actor", "data")) == [
         ("task_created", "ada", {"goal": "renew"})
     ]
+
+
+def test_a_run_of_two_steps_is_five_round_trips_and_four_commits(world: Any) -> None:
+    """A renewal's run as the job makes it (agentops.runner.task_run), counted by the server:
+    its lease with what the run is built from; the charge's record; the charge's settlement
+    with the receipt's record; the receipt's settlement with the finish; and, once all that
+    is committed, the read-back of what the run did for its metrics (agentops/telemetry)."""
+    from devtools.bench.server import ServerCounters
+    from tests.databases import owner_connection
+
+    counters = ServerCounters(owner_connection(), role=connection.settings_dict["USER"])
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs())
+    with CaptureQueriesContext(connection) as sent:
+        before = counters.mark()
+        assert task_run(task_id=task.pk).stopped == "finished"
+        after = counters.mark()
+    def named(sql: str) -> str:
+        pattern = r"\b(journal_(?!task\b|step\b|entry\b)\w+|UPDATE journal_task|e\.id)"
+        found = re.search(pattern, sql)
+        return found[0] if found else sql[:40]
+
+
+    assert [named(q["sql"]) for q in sent.captured_queries] == [
+        "UPDATE journal_task",  # the lease, returning the task's row
+        "journal_record",
+        "journal_settle_record",
+        "journal_settle_finish",
+        "e.id",  # the read-back
+    ]
+    counted = counters.between(before, after)
+    # The server counts one statement more than was sent: the finish's status entry, which
+    # names the finish step written after it, is checked as it commits (journal_entry_born).
+    assert (counted.statements, counted.commits) == (5 + 1, 4), counted
 
 
 def test_a_task_started_inside_a_transaction_is_rung_for_once_that_commits(world: Any) -> None:
