@@ -102,11 +102,11 @@ def test_a_run_of_two_steps_is_five_round_trips_and_four_commits(world: Any) -> 
         before = counters.mark()
         assert task_run(task_id=task.pk).stopped == "finished"
         after = counters.mark()
+
     def named(sql: str) -> str:
         pattern = r"\b(journal_(?!task\b|step\b|entry\b)\w+|UPDATE journal_task|e\.id)"
         found = re.search(pattern, sql)
         return found[0] if found else sql[:40]
-
 
     assert [named(q["sql"]) for q in sent.captured_queries] == [
         "UPDATE journal_task",  # the lease, returning the task's row
