@@ -111,3 +111,26 @@ def test_the_dashboard_benchmark_seeds_history_under_the_journal_s_rules() -> No
     with connection.cursor() as cursor:
         cursor.execute("SELECT tgenabled FROM pg_trigger WHERE tgname = 'journal_step_born'")
         assert cursor.fetchone() == ("O",)  # enabled again
+
+
+@pytest.mark.usefixtures("committed")
+def test_the_benchmarks_commit_probe_commits_what_it_times() -> None:
+    """The probe the benchmark reports beside its ratios: each timed INSERT is a
+    transaction and a commit of its own (the owner's autocommit connection)."""
+    import psycopg
+
+    from devtools.bench import floor
+    from tests.databases import owner_connection
+
+    with psycopg.connect(**owner_connection().get_connection_params(), autocommit=True) as conn:
+        floor.setup(conn)
+        try:
+            probe = floor.commit_probe(conn, times=15)
+            # Each row's inserting transaction, committed (the row is visible): one each.
+            rows = conn.execute(
+                "SELECT count(*), count(DISTINCT xmin::text) FROM bench_floor_commit"
+            ).fetchone()
+        finally:
+            conn.execute("DROP TABLE bench_floor_step, bench_floor_entry, bench_floor_commit")
+    assert rows == (15, 15)
+    assert probe.round_trip_us > 0 and probe.commit_us > 0

@@ -95,6 +95,19 @@ def table_ratios(run: Run) -> str:
         r = ratios[name]
         goal = f"≥ {targets[target]['target']}: {_met(targets[target])}" if target else "—"
         lines.append(f"| {label} | {r['median']:.2f} | {_interval(r, 2)} | {goal} |")
+    probe = run.get("commit_probe")
+    if probe is not None:
+        trip, commit = probe["round_trip_us"], probe["commit_us"]
+        lines += [
+            "",
+            "In the same rounds, on the floor's connection, a round trip that commits nothing (a "
+            f"prepared `SELECT 1`) took {_n(trip['median'])} µs ({_n(trip['min'])} – "
+            f"{_n(trip['max'])}) and one that makes a durable commit (a one-row `INSERT` in "
+            f"autocommit) {_n(commit['median'])} µs ({_n(commit['min'])} – "
+            f"{_n(commit['max'])}), medians of 200 each round: the floor waits for two commits "
+            "a step and the production path for one, so where a commit costs more the ratio "
+            "to the floor rises, and where it costs less it falls.",
+        ]
     return "\n".join(lines)
 
 

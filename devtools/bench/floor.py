@@ -32,6 +32,8 @@ SETUP = [
         task_id uuid NOT NULL, step_id bigint NOT NULL, kind text NOT NULL,
         at timestamptz NOT NULL DEFAULT now(), data jsonb NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS bench_floor_entry_task ON bench_floor_entry (task_id, id)",
+    # The commit probe's table: one small row a durable commit.
+    "CREATE TABLE IF NOT EXISTS bench_floor_commit (id bigint GENERATED ALWAYS AS IDENTITY)",
 ]
 
 RECORD = """
@@ -114,9 +116,40 @@ def floor_seconds(
     return time.perf_counter() - began
 
 
+@dataclass(frozen=True)
+class Probe:
+    """What this machine charges, now, for what every path waits on (medians, microseconds)."""
+
+    round_trip_us: float
+    """A prepared ``SELECT 1``: a round trip that commits nothing."""
+    commit_us: float
+    """A prepared one-row ``INSERT`` in autocommit: a round trip and a durable commit."""
+
+
+def commit_probe(conn: psycopg.Connection[Any], *, times: int = 200) -> Probe:
+    """Time ``times`` of each, alternating, on the floor's connection. The floor waits for two
+    durable commits a step, the production path for one: how long a commit takes here moves
+    the ratio between them."""
+    trips: list[float] = []
+    commits: list[float] = []
+    for _ in range(times):
+        began = time.perf_counter()
+        conn.execute("SELECT 1", prepare=True).fetchone()
+        trips.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        conn.execute("INSERT INTO bench_floor_commit DEFAULT VALUES", prepare=True)
+        commits.append(time.perf_counter() - began)
+    trips.sort()
+    commits.sort()
+    return Probe(
+        round_trip_us=round(trips[times // 2] * 1e6, 1),
+        commit_us=round(commits[times // 2] * 1e6, 1),
+    )
+
+
 def cleanup(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS bench_floor_step, bench_floor_entry")
+        conn.execute("DROP TABLE IF EXISTS bench_floor_step, bench_floor_entry, bench_floor_commit")
 
 
 def connect(url: str) -> psycopg.Connection[Any]:

@@ -98,6 +98,7 @@ class Command(BaseCommand):
     def _measure(self, options: dict[str, Any]) -> dict[str, Any]:
         steps, per_task = options["steps"], options["per_task"]
         rows: dict[str, list[float]] = {part: [] for part in PARTS}
+        probes: list[floor.Probe] = []
         have_dbos = peer.dbos_available()
         if not have_dbos:
             raise CommandError("DBOS is not installed: pip install -e '.[bench]' (make bench does)")
@@ -121,6 +122,8 @@ class Command(BaseCommand):
                 ),
             }
             for repetition in range(options["repeat"]):
+                # What a round trip and a durable commit cost in this round, before its parts.
+                probes.append(floor.commit_probe(conn))
                 parts = list(PARTS)
                 order.shuffle(parts)
                 for part in parts:
@@ -132,7 +135,8 @@ class Command(BaseCommand):
                 self._say(
                     f"round {repetition + 1}/{options['repeat']}: "
                     + ", ".join(f"{p} {rows[p][-1]:.0f}" for p in PARTS)
-                    + " steps/s"
+                    + f" steps/s; a round trip {probes[-1].round_trip_us:.0f} us, "
+                    f"a durable commit {probes[-1].commit_us:.0f} us"
                 )
             self._say("the cost of one step, as the server counts it")
             out["per_step"] = production.step_cost(steps=200)
@@ -142,6 +146,10 @@ class Command(BaseCommand):
         out["raw_floor_steps_per_s"] = summary(rows["floor"])
         out["dbos_steps_per_s"] = summary(rows["dbos_sequential"])
         out["dbos_concurrent_steps_per_s"] = summary(rows["dbos_concurrent"])
+        out["commit_probe"] = {
+            "round_trip_us": summary([p.round_trip_us for p in probes]),
+            "commit_us": summary([p.commit_us for p in probes]),
+        }
         out["ratios"] = {
             "production_to_floor": ratio_summary(rows["production"], rows["floor"]),
             "production_to_dbos_sequential": ratio_summary(
