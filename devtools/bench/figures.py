@@ -163,10 +163,16 @@ def table_e2e(run: Run) -> str:
     rss = run["worker_rss_mb"]
     before = ", ".join(f"{v} MB" for v in rss["before"].values())
     after = ", ".join(f"{v} MB" for v in rss["after"].values())
+    # What the machine's cores could do at that cost, had no process ever waited.
+    most, cores = names[-1], run["machine"]["cores"]
+    ceiling = cores * 1000 / sum(cpu[most].values())
     lines += [
         "",
-        f"Target: ≥ {target['target']:.0f} tasks/s on 2 workers: {_met(target)}. Each worker's "
-        f"memory before and after its {rss['tasks']:,} tasks: {before} → {after}.",
+        f"Target: ≥ {target['target']:.0f} tasks/s on 2 workers: {_met(target)}. At "
+        f"{_n(sum(cpu[most].values()), 1)} ms of CPU a task in all, {cores} cores could finish "
+        f"at most {_n(ceiling, 1)} tasks/s had no process ever waited; {most.replace('_', ' ')} "
+        f"reached {rates[most] / ceiling:.0%} of that. Each worker's memory before and after "
+        f"its {rss['tasks']:,} tasks: {before} → {after}.",
     ]
     return "\n".join(lines)
 
