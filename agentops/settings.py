@@ -459,8 +459,9 @@ elif not DEBUG and not set(ALLOWED_HOSTS) <= LOOPBACK_HOSTS:
 # Logs (agentops/logs.py): one JSON object per line, each line about a step naming its task,
 # key, tool and state; `make run` sets LOG_FORMAT=text for its terminal.
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "") or "json"
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "") or "INFO"
 try:
-    LOGGING = logging_config(fmt=LOG_FORMAT, level=os.environ.get("LOG_LEVEL", "INFO"))
+    LOGGING = logging_config(fmt=LOG_FORMAT, level=LOG_LEVEL)
 except LogFormatRefused as refused:
     raise ImproperlyConfigured(str(refused)) from None
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rq.job import Job
+from django.conf import settings
+from rq.job import Job, JobStatus, Retry
+from rq.results import Result
 from rq.serializers import JSONSerializer
+from rq.utils import now
 from rq.worker import SimpleWorker
 
 from agentops.telemetry import instruments
@@ -142,3 +145,51 @@ class AgentopsWorker(SimpleWorker):
             super().execute_job(job, queue)
         finally:
             instruments.heartbeat(instruments.WORKER)
+
+    def work(self, *args: Any, **kwargs: Any) -> bool:
+        # django-rq's command hands RQ the level its verbosity says (INFO unless -v 0), which RQ
+        # sets on its own logger: the operator's LOG_LEVEL decides, as for every other line.
+        kwargs["logging_level"] = settings.LOG_LEVEL
+        return bool(super().work(*args, **kwargs))
+
+    # A run's result is in the journal, not in RQ (docs/design.md §4, §14): our rings keep none
+    # (result_ttl 0), have no dependents, repeats, group, rate limit or webhook, and are never
+    # retried by RQ. RQ finishes such a job as it finishes any: it beats for the job it is about
+    # to delete, watches and reads its dependents, reads its status, and reads its executions
+    # twice over, one round trip each, before the commands that delete it. For a job like ours,
+    # the same end state in one round trip.
+
+    def _lean(self, job: Job, return_value: Any) -> bool:
+        """Whether this job may be finished in one round trip: nothing of it outlives it."""
+        return (
+            not isinstance(return_value, Retry)
+            and job.get_result_ttl(self.default_result_ttl) == 0
+            and not job.repeats_left
+            and not job.webhooks
+            and not job.group_id
+            and not job.has_rate_limit
+        )
+
+    def _finalize_success(self, job: Job, queue: Any, execution: Any, return_value: Any) -> None:
+        if not self._lean(job, return_value):
+            super()._finalize_success(job, queue, execution, return_value)
+            return
+        job.ended_at = now()
+        job._result = return_value
+        job._status = JobStatus.FINISHED
+        with self.connection.pipeline() as pipe:
+            self.increment_successful_job_count(pipeline=pipe)
+            self.increment_total_working_time(job.ended_at - (job.started_at or job.ended_at), pipe)
+            # This execution: its hash, its place in the started registry, the job's registry
+            # of executions and the worker's set (RQ's own Execution.delete).
+            execution.delete(job=job, pipeline=pipe)
+            pipe.delete(
+                job.key,
+                job.dependents_key,
+                job.dependencies_key,
+                job.execution_registry.key,
+                Result.get_key(job.id),  # type: ignore[no-untyped-call]
+            )
+            pipe.execute()
+        self.executions.pop(execution.id, None)
+        self.log.info("Worker %s: %s: Job OK (%s)", self.name, job.origin, job.id)

@@ -16,7 +16,7 @@ from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from agentops.workers import WORKER_ARGS, AgentopsJob, AgentopsWorker, JobRefused
+from agentops.workers import DELIVER_JOB, WORKER_ARGS, AgentopsJob, AgentopsWorker, JobRefused
 from tests.agentops.workers import Fleet
 
 
@@ -149,3 +149,92 @@ def test_a_worker_beats_to_redis_at_most_once_a_second_while_it_runs_jobs(
     before = len(sent)
     worker.heartbeat(longer + 600)
     assert sent[before:] == [longer + 600]
+
+
+def _commands(connection: redis.Redis) -> int:
+    """Commands the server has run so far, by its own count."""
+    return sum(int(c["calls"]) for c in connection.info("commandstats").values())
+
+
+@pytest.mark.usefixtures("committed")
+def test_a_finished_ring_leaves_nothing_of_itself_in_redis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run's result is in the journal: a ring that finished (result_ttl 0, as task_ring
+    enqueues it) leaves no key, no registry entry and no execution behind, finished in one
+    round trip by AgentopsWorker; a job that asks for its result kept goes RQ's own way and
+    keeps it. The worker's counts of jobs and working time go on as RQ keeps them."""
+    from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegistry
+    from rq.worker import SimpleWorker
+
+    ours_rq: list[str] = []
+    real = SimpleWorker._finalize_success
+
+    def rqs_own(self: SimpleWorker, job: Job, *args: object) -> None:
+        ours_rq.append(job.id)
+        real(self, job, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SimpleWorker, "_finalize_success", rqs_own)
+    # A queue of its own: what other tests left queued goes through neither count.
+    connection = django_rq.get_connection("default")
+    queue = Queue(f"lean-{os.getpid()}", connection=connection, serializer=JSONSerializer)
+    options = {"result_ttl": 0, "failure_ttl": 3600, "job_timeout": 60}
+    rings = [queue.enqueue(DELIVER_JOB, i, **options) for i in range(8)]
+    kept = queue.enqueue(DELIVER_JOB, 99, result_ttl=600)
+    worker = AgentopsWorker([queue], connection=connection, name=f"lean-{os.getpid()}")
+    worker.work(burst=True)
+
+    assert ours_rq == [kept.id]
+    finished = FinishedJobRegistry(queue=queue)
+    assert finished.get_job_ids() == [kept.id]
+    assert StartedJobRegistry(queue=queue).get_job_ids() == []
+    assert FailedJobRegistry(queue=queue).get_job_ids() == []
+    # Nothing anywhere names a finished ring: no key, no member of any set, list or hash.
+    ids = {job.id for job in rings}
+    for key in connection.scan_iter(count=1000):
+        name = key.decode()
+        assert not any(i in name for i in ids), name
+        kind = connection.type(key).decode()
+        members: list[bytes] = []
+        if kind == "zset":
+            members = connection.zrange(key, 0, -1)
+        elif kind == "set":
+            members = list(connection.smembers(key))
+        elif kind == "list":
+            members = connection.lrange(key, 0, -1)
+        assert not any(i in m.decode() for m in members for i in ids), (name, members)
+    worker.refresh()
+    assert worker.successful_job_count == 9
+    assert worker.total_working_time > 0
+
+    # What a ring costs Redis from the worker's side, counted by the server (taking it,
+    # starting it, running it: nothing to deliver, no command of its own; and finishing it),
+    # finished as RQ finishes any job, then as AgentopsWorker finishes ours.
+    def per_ring(name: str) -> float:
+        jobs = [queue.enqueue(DELIVER_JOB, i, **options) for i in range(20)]
+        before = _commands(connection)
+        worker = AgentopsWorker([queue], connection=connection, name=f"{name}-{os.getpid()}")
+        worker.work(burst=True)
+        return (_commands(connection) - before) / len(jobs)
+
+    with monkeypatch.context() as rqs_way:
+        rqs_way.setattr(AgentopsWorker, "_lean", lambda *a: False)
+        rq_finishes = per_ring("rq")
+    we_finish = per_ring("lean")
+    assert we_finish <= rq_finishes - 12, (we_finish, rq_finishes)
+
+
+@pytest.mark.parametrize("level", ["WARNING", "INFO"])
+def test_rqs_own_lines_are_written_at_the_operators_log_level(level: str) -> None:
+    """django-rq's command asks RQ for INFO (its verbosity's level), which RQ sets on its
+    worker's logger: a worker started with LOG_LEVEL=WARNING would still write a few lines a
+    job. The worker takes LOG_LEVEL instead."""
+    import logging
+
+    from django.test import override_settings
+
+    queue = django_rq.get_queue("default", serializer=JSONSerializer)
+    worker = AgentopsWorker([queue], connection=queue.connection, name=f"level-{os.getpid()}")
+    with override_settings(LOG_LEVEL=level):
+        worker.work(burst=True, logging_level="DEBUG")
+    assert logging.getLogger("rq.worker").level == getattr(logging, level)
