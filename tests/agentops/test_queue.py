@@ -7,6 +7,7 @@ anything but agentops' own jobs.
 from __future__ import annotations
 
 import os
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import django_rq
@@ -192,17 +193,19 @@ def test_a_finished_ring_leaves_nothing_of_itself_in_redis(
     # Nothing anywhere names a finished ring: no key, no member of any set, list or hash.
     ids = {job.id for job in rings}
     for key in connection.scan_iter(count=1000):
-        name = key.decode()
+        name = str(key)
         assert not any(i in name for i in ids), name
-        kind = connection.type(key).decode()
-        members: list[bytes] = []
-        if kind == "zset":
-            members = connection.zrange(key, 0, -1)
-        elif kind == "set":
+        kind = str(connection.type(key))
+        members: list[Any] = []
+        if "zset" in kind:
+            members = list(connection.zrange(key, 0, -1))
+        elif "set" in kind:
             members = list(connection.smembers(key))
-        elif kind == "list":
-            members = connection.lrange(key, 0, -1)
-        assert not any(i in m.decode() for m in members for i in ids), (name, members)
+        elif "list" in kind:
+            members = list(connection.lrange(key, 0, -1))
+        elif "hash" in kind:
+            members = list(connection.hgetall(key).values())
+        assert not any(i in str(m) for m in members for i in ids), (name, members)
     worker.refresh()
     assert worker.successful_job_count == 9
     assert worker.total_working_time > 0
