@@ -609,8 +609,9 @@ def task_finish(
     summary: str,
     to: TaskStatus = TaskStatus.FINISHED,
     shortfall: bool = False,
-) -> Step:
-    """Record the decision that the task is over; it is a step like any other.
+) -> int:
+    """Record the decision that the task is over; it is a step like any other. Returns the
+    step's id (the run reads nothing back from it: a model of it cost more than its write).
 
     ``summary`` is what the task says it did, built from the journal's facts; the planner's
     own words are kept beside it, never shown as the truth. ``to`` is ``compensated`` for a
@@ -642,14 +643,4 @@ def task_finish(
         raise not_recorded(lease)
     lease.versions.append(int(row[3]))
     lease.released = True  # the run ends here: given back in the same statement
-    return Step(
-        pk=row[0],
-        task_id=lease.task_id,
-        n=row[1],
-        kind=StepKind.FINISH,
-        key=row[2],
-        state=StepState.DONE,
-        detail=summary,
-        outcome=outcome,
-        decision=raw,
-    )
+    return int(row[0])
