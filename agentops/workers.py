@@ -148,8 +148,12 @@ class AgentopsWorker(SimpleWorker):
 
     def work(self, *args: Any, **kwargs: Any) -> bool:
         # django-rq's command hands RQ the level its verbosity says (INFO unless -v 0), which RQ
-        # sets on its own logger: the operator's LOG_LEVEL decides, as for every other line.
-        kwargs["logging_level"] = settings.LOG_LEVEL
+        # sets on its own loggers (the worker's, its scheduler's): the operator's LOG_LEVEL
+        # decides, as for every other line. RQ's second parameter, by name or by place.
+        if len(args) > 1:
+            args = (args[0], settings.LOG_LEVEL, *args[2:])
+        else:
+            kwargs["logging_level"] = settings.LOG_LEVEL
         return bool(super().work(*args, **kwargs))
 
     # A run's result is in the journal, not in RQ (docs/design.md §4, §14): our rings keep none

@@ -240,4 +240,7 @@ def test_rqs_own_lines_are_written_at_the_operators_log_level(level: str) -> Non
     worker = AgentopsWorker([queue], connection=queue.connection, name=f"level-{os.getpid()}")
     with override_settings(LOG_LEVEL=level):
         worker.work(burst=True, logging_level="DEBUG")
-    assert logging.getLogger("rq.worker").level == getattr(logging, level)
+        assert logging.getLogger("rq.worker").level == getattr(logging, level)
+        logging.getLogger("rq.worker").setLevel(logging.DEBUG)
+        worker.work(True, "DEBUG")  # by place
+        assert logging.getLogger("rq.worker").level == getattr(logging, level)
