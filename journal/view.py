@@ -8,7 +8,7 @@ between, and it reads the task again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -102,14 +102,6 @@ class View:
             undo_tool=step.undo_tool,
             misconfigured=bool(outcome.data.get("misconfigured")),
         )
-        facts = self.facts  # made anew, not by dataclasses.replace (which reads the fields)
-        self.facts = TaskFacts(
-            task_id=facts.task_id,
-            kind=facts.kind,
-            goal=facts.goal,
-            refs=facts.refs,
-            steps=[*facts.steps, fact],
-            plan=facts.plan,
-        )
+        self.facts = replace(self.facts, steps=[*self.facts.steps, fact])
         self.task.step_count = step.n
         return self
