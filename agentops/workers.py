@@ -12,11 +12,13 @@ import time
 from typing import Any
 
 from django.conf import settings
+from rq.executions import Execution
 from rq.job import Job, JobStatus, Retry
+from rq.queue import Queue
 from rq.results import Result
 from rq.serializers import JSONSerializer
 from rq.utils import now
-from rq.worker import SimpleWorker
+from rq.worker import SimpleWorker, WorkerStatus
 
 from agentops.telemetry import instruments
 
@@ -109,6 +111,8 @@ class AgentopsWorker(SimpleWorker):
             raise ValueError(f"agentops workers run {self.jobs.__name__} only, not {job_class!r}")
         self._beaten: tuple[float, float] | None = None
         """When the last beat went to Redis, and until when it keeps the keys (monotonic)."""
+        self._started: str | None = None
+        """The job whose start went with its execution's (:meth:`prepare_execution`)."""
         super().__init__(queues, job_class=self.jobs, serializer=JSONSerializer, **kwargs)
 
     # The heartbeat (agentops_heartbeat_timestamp_seconds{process="worker"}) beats while the
@@ -142,9 +146,41 @@ class AgentopsWorker(SimpleWorker):
     def execute_job(self, job: Job, queue: Any) -> None:
         instruments.heartbeat(instruments.WORKER)
         try:
-            super().execute_job(job, queue)
+            # RQ's SimpleWorker.execute_job, but for the worker's state: RQ sets it idle here
+            # and again as it waits for the next job (dequeue_job_and_maintain_ttl), which
+            # follows at once; once is enough.
+            self.perform_job(job, queue, self.prepare_execution(job))
         finally:
             instruments.heartbeat(instruments.WORKER)
+
+    # RQ starts a job in two round trips, one after the other: the execution (its hash, its
+    # registries, the worker busy), then the job (the worker's beat, the job's status, its
+    # key kept, out of the queue's intermediate list). Both here, in one; the job's own beat
+    # is left out, as the status written with it sets the same field of the same hash.
+
+    def prepare_execution(self, job: Job) -> Execution:
+        with self.connection.pipeline() as pipe:
+            ttl = self.get_heartbeat_ttl(job)
+            execution = Execution.create(job, ttl, pipeline=pipe, worker_name=self.name)
+            self.executions[execution.id] = execution
+            self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+            self.heartbeat(ttl, pipeline=pipe)
+            job.prepare_for_execution(self.name, pipeline=pipe)
+            pipe.persist(job.key)
+            if len(self.queues) == 1:  # as RQ's perform_job decides it
+                pipe.lrem(
+                    Queue(job.origin, connection=self.connection).intermediate_queue_key, 1, job.id
+                )
+            pipe.execute()
+        self._started = job.id
+        return execution
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        if self._started == job.id:
+            self._started = None
+            self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")  # type: ignore[no-untyped-call]
+            return
+        super().prepare_job_execution(job, remove_from_intermediate_queue)
 
     def work(self, *args: Any, **kwargs: Any) -> bool:
         # django-rq's command hands RQ the level its verbosity says (INFO unless -v 0), which RQ

@@ -227,6 +227,76 @@ def test_a_finished_ring_leaves_nothing_of_itself_in_redis(
     assert we_finish <= rq_finishes - 12, (we_finish, rq_finishes)
 
 
+@pytest.mark.usefixtures("committed")
+def test_a_ring_starts_in_one_round_trip_leaving_what_rqs_start_leaves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RQ starts a job in two round trips (its execution, then the job) and sets the worker
+    idle twice between jobs; AgentopsWorker starts it in one and sets it idle once. While the
+    job runs, Redis holds what RQ's own start leaves: the job started by this worker, in the
+    started registry with one execution, out of the queue and its intermediate list, the
+    worker busy. Round trips counted at the client's socket: one write a round trip."""
+    from redis.connection import Connection
+    from rq.registry import StartedJobRegistry
+    from rq.worker import SimpleWorker
+
+    sends = [0]
+    real_send = Connection.send_packed_command
+
+    def counted(self: Connection, *args: Any, **kwargs: Any) -> None:
+        sends[0] += 1
+        real_send(self, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "send_packed_command", counted)
+    connection = django_rq.get_connection("default")
+    queue = Queue(f"start-{os.getpid()}", connection=connection, serializer=JSONSerializer)
+    seen: list[dict[str, Any]] = []
+    real_perform = AgentopsJob.perform
+
+    def perform(job: AgentopsJob) -> Any:
+        started = [str(i).split(":")[0] for i in StartedJobRegistry(queue=queue).get_job_ids()]
+        seen.append(
+            {
+                "status": job.get_status(refresh=True),
+                "started": started == [job.id],
+                "executions": len(job.get_executions()),
+                "queued": len(queue),
+                "intermediate": connection.lrange(queue.intermediate_queue_key, 0, -1),
+                "worker_state": connection.hget(f"rq:worker:{job.worker_name}", "state"),
+                "ttl": connection.ttl(job.key),
+                "ids": job.id,
+            }
+        )
+        return real_perform(job)
+
+    monkeypatch.setattr(AgentopsJob, "perform", perform)
+
+    def per_ring(name: str) -> float:
+        jobs = [queue.enqueue(DELIVER_JOB, i, result_ttl=0, job_timeout=60) for i in range(10)]
+        worker = AgentopsWorker([queue], connection=connection, name=f"{name}-{os.getpid()}")
+        before = sends[0]
+        worker.work(burst=True)
+        assert [s.pop("ids") for s in seen[-len(jobs) :]] == [j.id for j in jobs]
+        return (sends[0] - before) / len(jobs)
+
+    with monkeypatch.context() as rqs_way:
+        rqs_way.setattr(AgentopsWorker, "execute_job", SimpleWorker.execute_job)
+        rqs_way.setattr(AgentopsWorker, "prepare_execution", SimpleWorker.prepare_execution)
+        rq_starts = per_ring("rq")
+    rq_seen = seen[:]
+    we_start = per_ring("lean")
+    ours = seen[len(rq_seen) :]
+    for during in (rq_seen[0], ours[0]):
+        assert during["status"] == JobStatus.STARTED
+        assert during["executions"] == 1
+        assert during["started"]
+        assert during["worker_state"] in (b"busy", "busy")
+        assert during["intermediate"] == []
+        assert during["ttl"] == -1  # kept while it runs
+    assert ours == rq_seen  # the same, job after job
+    assert we_start <= rq_starts - 2, (we_start, rq_starts)
+
+
 @pytest.mark.parametrize("level", ["WARNING", "INFO"])
 def test_rqs_own_lines_are_written_at_the_operators_log_level(level: str) -> None:
     """django-rq's command asks RQ for INFO (its verbosity's level), which RQ sets on its
