@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devtools.bench.figures import FIGURES_DIR, readme_block, render, runs_load
+from devtools.bench.figures import FIGURES_DIR, readme_block, render, runs_load, table_e2e
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -28,3 +28,21 @@ def test_a_target_is_reported_as_measured() -> None:
     bench, _ = runs_load()
     for name, target in bench["targets"].items():
         assert target["met"] == (target["measured"] >= target["target"]), name
+
+
+def test_repeated_end_to_end_runs_show_their_count_and_range() -> None:
+    """A run that measured each worker count several times: its table says of how many runs
+    the figures are the medians, and each count's slowest and fastest of them."""
+    bench, _ = runs_load()
+    run = {
+        **bench,
+        "options": {**bench["options"], "e2e_repeat": 3},
+        "e2e_tasks_per_s_runs": {"1_worker": [51.6, 47.2, 55.0], "2_workers": [88.3, 91.8, 97.4]},
+    }
+    table = table_e2e(run)
+    assert "3 runs on each worker count" in table
+    assert "| tasks/s, min – max of 3 runs | 47.2 – 55.0 | 88.3 – 97.4 |" in table
+    assert "(the last run on 2 workers)" in table
+    # The medians are the file's own, as before.
+    assert "| tasks/s | 51.6 | 91.8 |" in table
+    assert "min – max" not in table_e2e(bench)
