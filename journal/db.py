@@ -44,13 +44,21 @@ class _PreparedDebugWrapper(CursorDebugWrapper):
 
 
 def prepared_cursor() -> CursorWrapper | _Cursor:
+    """A cursor for one statement: execute it, fetch what it returns, leave the block.
+
+    Unwatched, it is the same psycopg cursor each time on a connection (until Django opens
+    another): a new cursor builds its loaders for the result's columns again at every
+    statement, a kept one has them (a task's row, twenty columns: 117 -> 84 us a statement on
+    the bench's machine). Nothing the journal runs holds a result across another statement."""
     db = connections[DEFAULT_DB_ALIAS]  # once: every use of `connection` looks it up again
     db.ensure_connection()
-    raw = psycopg.Cursor(db.connection)
     if db.queries_logged or db.execute_wrappers:
         wrapper = _PreparedDebugWrapper if db.queries_logged else CursorWrapper
-        return wrapper(raw, db)
-    return _Cursor(raw, db)
+        return wrapper(psycopg.Cursor(db.connection), db)
+    kept: _Cursor | None = getattr(db, "_journal_cursor", None)
+    if kept is None or kept.raw.connection is not db.connection or kept.raw.closed:
+        kept = db._journal_cursor = _Cursor(psycopg.Cursor(db.connection), db)  # type: ignore[attr-defined]
+    return kept
 
 
 class _Cursor:
@@ -68,7 +76,7 @@ class _Cursor:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.raw.close()
+        pass  # kept for the connection's next statement (prepared_cursor)
 
     def execute(self, sql: str, params: Any = None) -> None:
         self.db.validate_no_broken_transaction()

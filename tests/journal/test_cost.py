@@ -135,6 +135,30 @@ def test_the_steps_statements_are_prepared_on_the_server() -> None:
         assert function in prepared, function
 
 
+def test_the_steps_statements_go_through_one_kept_cursor_a_connection() -> None:
+    """The journal's statements share one psycopg cursor on a connection (journal/db.py: a
+    kept cursor keeps what it made of the result's columns); a new connection gets its own,
+    and one that watches the connection (as a query count does) gets Django's wrapper."""
+    from journal.db import prepared_cursor
+
+    def statement() -> Any:
+        with prepared_cursor() as cursor:
+            cursor.execute("SELECT %s::int", [7])
+            assert cursor.fetchone() == (7,)
+        return cursor
+
+    first = statement()
+    assert statement() is first
+    connection.close()
+    again = statement()
+    assert again is not first
+    assert statement() is again
+    with CaptureQueriesContext(connection) as seen:
+        watched = statement()
+    assert watched is not again and len(seen) == 1
+    assert statement() is again
+
+
 class OncePerInvoice(NoopTool):
     """The no-op tool acting on a business object of its own each call, once per object: a
     step that takes the guards' claims and gives the live one back, as a charge does."""
