@@ -121,11 +121,7 @@ def batch_run(world: World, *, tasks: int, tag: str = "") -> Batch:
         ).pk
         for i in range(tasks)
     ]
-    # Asked every tenth of a second: the asking costs the database too, and is not the work.
-    while Task.objects.filter(pk__in=ids).exclude(status__in=FINAL).exists():
-        if time.perf_counter() - began > BATCH_DEADLINE_SECONDS:
-            raise RuntimeError(f"the batch did not finish within {BATCH_DEADLINE_SECONDS:.0f} s")
-        time.sleep(0.1)
+    waiting_for(ids, began)
     elapsed = time.perf_counter() - began
     spent = deltas(world.roles.cpu_seconds(), cpu_before)
     ledgers_check(world, ids)
@@ -136,6 +132,29 @@ def batch_run(world: World, *, tasks: int, tag: str = "") -> Batch:
         cpu_ms_per_task={role: round(1000 * s / tasks, 2) for role, s in spent.items()},
         latency_ms=task_latencies_ms(ids),
     )
+
+
+# How many of the oldest unfinished tasks each look asks about.
+LOOK_AT = 50
+
+
+def waiting_for(ids: list[Any], began: float) -> None:
+    """Until every task in ``ids`` is over. The asking costs the database and this process CPU,
+    and is not the work: each look asks about the oldest few still unfinished (the queue runs
+    them roughly in order), and waits a twentieth of a second only while one of those is. A
+    look at all of 600 cost 4.4 ms of this process's CPU and 2.5 ms of PostgreSQL's, ten
+    times a second: about 0.7 ms a task added to the figures."""
+    pending = list(ids)
+    while pending:
+        if time.perf_counter() - began > BATCH_DEADLINE_SECONDS:
+            raise RuntimeError(f"the batch did not finish within {BATCH_DEADLINE_SECONDS:.0f} s")
+        head, pending = pending[:LOOK_AT], pending[LOOK_AT:]
+        unfinished = set(
+            Task.objects.filter(pk__in=head).exclude(status__in=FINAL).values_list("pk", flat=True)
+        )
+        pending = [i for i in head if i in unfinished] + pending
+        if unfinished:
+            time.sleep(0.05)
 
 
 def ledgers_check(world: World, ids: list[Any]) -> None:
