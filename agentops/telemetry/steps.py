@@ -306,23 +306,24 @@ def _took(
 
 # The step entries a run wrote: as one statement prepared once per session (journal.db), as
 # the journal's own are, since planning one on the partitioned tables costs more than running
-# it (docs/design.md §17).
+# it (docs/design.md §17). The kinds are constants, written into its text: a list passed as a
+# parameter is looked through for its elements' type at every call.
 RUN_ENTRIES = """
 SELECT e.id, e.kind, e.at, e.data, e.step_id, s.key, s.tool, s.offsets_id IS NOT NULL,
        s.refusal, s.detail, s.state, s.attempts, s.lookups
   FROM journal_entry e JOIN journal_step s ON s.id = e.step_id AND s.task_id = e.task_id
- WHERE e.task_id = %s AND e.at >= %s AND e.kind = ANY(%s)
+ WHERE e.task_id = %s AND e.at >= %s AND e.kind = ANY('{KINDS}'::text[])
    AND e.at < COALESCE((SELECT t.lease_taken_at FROM journal_task t
                          WHERE t.id = %s AND t.lease_token > %s), 'infinity')
  ORDER BY e.id
-"""
+""".replace("KINDS", ",".join(str(kind) for kind in RUN_KINDS))
 
 
 def run_entries(*, task_id: UUID, token: int, since: datetime) -> list[Seen]:
     """The step entries a run wrote under lease ``token``, taken at ``since``: those only a
     lease holder writes, from then until the task's next lease was taken (if it was)."""
     with prepared_cursor() as cursor:
-        cursor.execute(RUN_ENTRIES, [task_id, since, list(RUN_KINDS), task_id, token])
+        cursor.execute(RUN_ENTRIES, [task_id, since, task_id, token])
         rows = cursor.fetchall()
     # jsonb comes back as text on Django's connections (its JSONField decodes it).
     seen = [
