@@ -146,10 +146,7 @@ class AgentopsWorker(SimpleWorker):
     def execute_job(self, job: Job, queue: Any) -> None:
         instruments.heartbeat(instruments.WORKER)
         try:
-            # RQ's SimpleWorker.execute_job, but for the worker's state: RQ sets it idle here
-            # and again as it waits for the next job (dequeue_job_and_maintain_ttl), which
-            # follows at once; once is enough.
-            self.perform_job(job, queue, self.prepare_execution(job))
+            super().execute_job(job, queue)
         finally:
             instruments.heartbeat(instruments.WORKER)
 

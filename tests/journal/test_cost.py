@@ -135,23 +135,28 @@ def test_the_steps_statements_are_prepared_on_the_server() -> None:
         assert function in prepared, function
 
 
-def test_the_steps_statements_go_through_one_kept_cursor_a_connection() -> None:
-    """The journal's statements share one psycopg cursor on a connection (journal/db.py: a
-    kept cursor keeps what it made of the result's columns); a new connection gets its own,
-    and one that watches the connection (as a query count does) gets Django's wrapper."""
+def test_each_statement_has_a_cursor_kept_on_its_connection() -> None:
+    """The journal's statements each have a psycopg cursor of their own, kept with the
+    connection (journal/db.py: a kept cursor keeps what it made of its result's columns while
+    it runs the same text); a new connection has its own, and one that watches the
+    connection (as a query count does) gets Django's wrapper."""
     from journal.db import prepared_cursor
 
-    def statement() -> Any:
+    def statement(sql: str = "SELECT %s::int") -> Any:
         with prepared_cursor() as cursor:
-            cursor.execute("SELECT %s::int", [7])
+            cursor.execute(sql, [7])
             assert cursor.fetchone() == (7,)
-        return cursor
+        return getattr(cursor, "raw", cursor)
 
     first = statement()
     assert statement() is first
+    other = statement("SELECT %s::bigint")
+    assert other is not first
+    assert statement() is first and statement("SELECT %s::bigint") is other
+    old = connection.connection
     connection.close()
     again = statement()
-    assert again is not first
+    assert again is not first and again.connection is not old
     assert statement() is again
     with CaptureQueriesContext(connection) as seen:
         watched = statement()
