@@ -4,8 +4,10 @@ a figure changed by hand, or a run replaced without rendering it again, fails he
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from devtools.bench.figures import FIGURES_DIR, readme_block, render, runs_load, table_e2e
+from devtools.bench.figures import FIGURES_DIR, _drift, readme_block, render, runs_load, table_e2e
+from devtools.bench.stats import soak_drift
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -50,3 +52,44 @@ def test_repeated_end_to_end_runs_show_their_count_and_range() -> None:
     older["options"] = {k: v for k, v in run["options"].items() if k != "e2e_repeat"}
     assert "min – max" not in table_e2e(older)
     assert "| tasks/s | 51.6 | 91.8 |" in table_e2e(older)
+
+
+def _wave(n: int, *, sandbox: float, postgres: float, probe: float | None = None) -> dict[str, Any]:
+    wave: dict[str, Any] = {
+        "wave": n,
+        "cpu_ms_per_task": {
+            "worker": 5.0,
+            "postgres": postgres,
+            "payments": sandbox,
+            "mail": sandbox,
+        },
+    }
+    if probe is not None:
+        wave.update(
+            host_probe_ms=probe,
+            host_steal_share=0.02,
+            server={"wal_kb_per_task": 11.5, "checkpoints": 1},
+        )
+    return wave
+
+
+def test_a_soaks_drift_is_told_beside_what_the_host_alone_moved() -> None:
+    """The cost a task grew by in the journal's processes is shown beside the growth of the
+    processes whose work does not grow with the journal (the host's own drift), and the fixed
+    probe's, where the run has it."""
+    waves = [_wave(n, sandbox=1.0, postgres=4.0, probe=30.0) for n in range(1, 6)]
+    waves += [_wave(n, sandbox=1.0, postgres=4.0, probe=30.0) for n in range(6, 21)]
+    waves += [_wave(n, sandbox=1.1, postgres=4.8, probe=33.0) for n in range(21, 26)]
+    drift = soak_drift(waves)
+    assert drift["cpu_ms_per_task"]["postgres"] == {"first": 4.0, "last": 4.8, "growth": 0.2}
+    assert drift["host_bound_cpu_growth"] == 0.1
+    assert drift["host_probe_ms"] == {"first": 30.0, "last": 33.0, "growth": 0.1}
+    text = _drift(waves)
+    assert "PostgreSQL 4.00 → 4.80 (+20.0%)" in text
+    assert "the host's own drift, +10.0% on average" in text
+    assert "took 30.0 → 33.0 ms (+10.0%)" in text
+    assert "5 checkpoints in the last five waves" in text
+    # A run from before the probe: the drift of the processes alone.
+    older = [{k: v for k, v in w.items() if k in ("wave", "cpu_ms_per_task")} for w in waves]
+    assert soak_drift(older)["host_probe_ms"] is None
+    assert "probe" not in _drift(older) and "+10.0% on average" in _drift(older)

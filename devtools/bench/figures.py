@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from devtools.bench.stats import HOST_BOUND_ROLES, soak_drift
+
 FIGURES_DIR = Path(__file__).resolve().parents[2] / "docs" / "bench"
 BEGIN = "<!-- bench figures: rendered by python -m devtools.bench.figures; do not edit -->"
 END = "<!-- end of bench figures -->"
@@ -255,6 +257,8 @@ def table_soak(soak: Run) -> str:
         )
         + ".",
         "",
+        _drift(waves),
+        "",
         _levelled(waves),
         "",
         f"Retention dropped {s['retention']['dropped_partitions']} ranges, "
@@ -266,6 +270,60 @@ def table_soak(soak: Run) -> str:
         f"{again['charges_sent']} charge sent.",
     ]
     return "\n".join(lines)
+
+
+ROLE_NAMES = {
+    "worker": "workers",
+    "postgres": "PostgreSQL",
+    "redis": "Redis",
+    "payments": "payments sandbox",
+    "mail": "mail sandbox",
+    "bench": "the bench",
+}
+
+
+def _drift(waves: Sequence[Run]) -> str:
+    """What a task cost each process, first five waves against the last five, beside what the
+    host alone moved (stats.soak_drift): the cost of the roles whose work does not grow with
+    the journal, and, where the run has them, the fixed probe and the hypervisor's steal."""
+    drift = soak_drift(waves)
+    cpu = drift["cpu_ms_per_task"]
+
+    def moved(role: str) -> str:
+        f = cpu[role]
+        return (
+            f"{ROLE_NAMES.get(role, role)} {f['first']:.2f} → {f['last']:.2f} ({f['growth']:+.1%})"
+        )
+
+    grows = [r for r in cpu if r not in HOST_BOUND_ROLES and cpu[r] is not None]
+    bound = [r for r in HOST_BOUND_ROLES if cpu.get(r) is not None]
+    text = (
+        "CPU a task cost, first five waves → last five (ms): "
+        + ", ".join(moved(r) for r in grows)
+        + "; and where the work does not grow with the journal, "
+        + ", ".join(moved(r) for r in bound)
+    )
+    if drift["host_bound_cpu_growth"] is not None:
+        text += f": the host's own drift, {drift['host_bound_cpu_growth']:+.1%} on average"
+    probe, steal = drift["host_probe_ms"], drift["host_steal_share"]
+    if probe is not None:
+        text += (
+            f". A fixed probe between waves (devtools/bench/host.py) took {probe['first']:.1f} → "
+            f"{probe['last']:.1f} ms ({probe['growth']:+.1%})"
+        )
+    if steal is not None:
+        text += (
+            f"; the hypervisor took {steal['first']:.1%} → {steal['last']:.1%} of the CPU time "
+            "for others"
+        )
+    wal = drift["wal_kb_per_task"]
+    if wal is not None:
+        checkpoints = sum((w.get("server") or {}).get("checkpoints", 0) for w in waves[-5:])
+        text += (
+            f"; WAL {wal['first']:.1f} → {wal['last']:.1f} KB a task, {checkpoints} "
+            "checkpoints in the last five waves"
+        )
+    return text + "."
 
 
 def _levelled(waves: Sequence[Run]) -> str:

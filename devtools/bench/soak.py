@@ -25,7 +25,8 @@ from django.db import connection
 from agentops.retention import journal_retain
 from agentops.runner import run_queue, task_start
 from devtools.bench import e2e
-from devtools.bench.stats import percentile
+from devtools.bench.host import Steal, probe_ms
+from devtools.bench.stats import percentile, soak_drift
 from journal.models import Step, Task
 
 # The providers forget what is older than this (their --retain-seconds): a long soak must
@@ -67,6 +68,39 @@ def journal_sizes() -> dict[str, Any]:
     }
 
 
+def server_activity() -> dict[str, Any]:
+    """What the server has done in the background so far: the WAL written (its position),
+    checkpoints, and the autovacuums and autoanalyzes of every table."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT pg_current_wal_lsn()::text,
+                   (SELECT num_timed + num_requested FROM pg_stat_checkpointer),
+                   (SELECT COALESCE(sum(autovacuum_count), 0)::bigint FROM pg_stat_all_tables),
+                   (SELECT COALESCE(sum(autoanalyze_count), 0)::bigint FROM pg_stat_all_tables)
+            """
+        )
+        lsn, checkpoints, vacuums, analyzes = cursor.fetchone()
+    return {
+        "lsn": lsn,
+        "checkpoints": checkpoints,
+        "autovacuums": vacuums,
+        "autoanalyzes": analyzes,
+    }
+
+
+def activity_between(start: dict[str, Any], end: dict[str, Any], tasks: int) -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_wal_lsn_diff(%s, %s)", [end["lsn"], start["lsn"]])
+        wal = float(cursor.fetchone()[0])
+    return {
+        "wal_kb_per_task": round(wal / 1024 / tasks, 2),
+        **{
+            name: end[name] - start[name] for name in ("checkpoints", "autovacuums", "autoanalyzes")
+        },
+    }
+
+
 def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     redis = run_queue().connection
@@ -80,7 +114,12 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
         before = journal_sizes()
         for wave in range(1, waves + 1):
             began = time.time()
+            steal, server = Steal(), server_activity()
             batch = e2e.batch_run(world, tasks=wave_tasks, tag=f"soak-{wave}")
+            stolen, background = (
+                steal.share(),
+                activity_between(server, server_activity(), wave_tasks),
+            )
             if wave == 1:
                 first_invoice = Task.objects.get(pk=batch.task_ids[0]).refs["invoice"]
             sizes = journal_sizes()
@@ -90,6 +129,8 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
             retained = journal_retain()
             dropped_partitions += len(retained.dropped)
             dropped_tasks += retained.tasks_dropped
+            # Between waves, with the workers idle: the host's own speed now (host.py).
+            probe = probe_ms()
             row: dict[str, Any] = {
                 "wave": wave,
                 "began": round(began, 1),
@@ -101,6 +142,9 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
                     "p99": round(percentile(batch.latency_ms, 99), 1),
                 },
                 "cpu_ms_per_task": batch.cpu_ms_per_task,
+                "host_probe_ms": probe,
+                "host_steal_share": stolen,
+                "server": background,
                 "memory_mb": world.roles.memory_mb(),
                 "journal": sizes,
                 "step_hot_update_share": round(hot / step_updates, 3) if step_updates else None,
@@ -118,7 +162,8 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
                 + ", ".join(
                     f"{v} MB" for k, v in row["memory_mb"].items() if k.startswith("worker")
                 )
-                + f", {row['retention']['tasks_in_journal']} tasks in the journal"
+                + f", {row['retention']['tasks_in_journal']} tasks in the journal; "
+                f"the host's probe {probe} ms"
             )
         again = refused_again(world, first_invoice)
     summary = soak_summary(rows)
@@ -131,7 +176,8 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
 
 
 def soak_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The last five waves against the first five, and how memory moved."""
+    """The last five waves against the first five: throughput, latency, how memory moved,
+    and what a task cost each process and how fast the host was (stats.soak_drift)."""
     first, last = rows[:5], rows[-5:]
 
     def mean(values: list[float]) -> float:
@@ -155,6 +201,7 @@ def soak_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"{role}_mb_first5"] = round(start, 1)
         out[f"{role}_mb_last5"] = round(end, 1)
         out[f"{role}_growth"] = round(end / start - 1, 3) if start else None
+    out["drift"] = soak_drift(rows)
     return out
 
 

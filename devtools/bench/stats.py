@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 BOOTSTRAP_SAMPLES = 4000
@@ -62,3 +62,47 @@ def ratio_summary(
     ratios = [a / b for a, b in zip(numerators, denominators, strict=True)]
     figures = summary(ratios, digits=3, seed=seed)
     return {key: figures[key] for key in ("median", "ci95", "min", "max", "values")}
+
+
+def first_last(values: Sequence[float | None], count: int = 5) -> dict[str, Any] | None:
+    """The mean of the first ``count`` values and of the last, and how much the second is
+    above the first (a soak's waves: 0.05 is 5 % more); None if any of them is missing."""
+    first, last = values[:count], values[-count:]
+    if not first or any(v is None for v in (*first, *last)):
+        return None
+    start = statistics.fmean(v for v in first if v is not None)
+    end = statistics.fmean(v for v in last if v is not None)
+    return {
+        "first": round(start, 3),
+        "last": round(end, 3),
+        "growth": round(end / start - 1, 3) if start else None,
+    }
+
+
+# The soak's processes whose work per task does not grow with the journal: a renewal asks each
+# sandbox for the same thing whatever the journal holds, so their CPU per task moves with the
+# host, not with the journal. (Not the bench: it watches a wave until it ends, so a slower wave
+# costs it more per task whatever the reason.)
+HOST_BOUND_ROLES = ("payments", "mail")
+
+
+def soak_drift(waves: Sequence[Mapping[str, Any]], count: int = 5) -> dict[str, Any]:
+    """How the cost of a task moved from a soak's first ``count`` waves to its last: the CPU
+    each process spent per task, the fixed probe's time and the hypervisor's steal (where
+    the waves have them), and the mean growth of the roles whose work does not grow with the
+    journal (:data:`HOST_BOUND_ROLES`): what the host alone moved."""
+    roles = list(waves[0]["cpu_ms_per_task"]) if waves else []
+    cpu = {
+        role: first_last([w["cpu_ms_per_task"].get(role) for w in waves], count) for role in roles
+    }
+    growths = [(cpu.get(role) or {}).get("growth") for role in HOST_BOUND_ROLES]
+    bound = [g for g in growths if g is not None]
+    return {
+        "cpu_ms_per_task": cpu,
+        "host_bound_cpu_growth": round(statistics.fmean(bound), 3) if bound else None,
+        "host_probe_ms": first_last([w.get("host_probe_ms") for w in waves], count),
+        "host_steal_share": first_last([w.get("host_steal_share") for w in waves], count),
+        "wal_kb_per_task": first_last(
+            [(w.get("server") or {}).get("wal_kb_per_task") for w in waves], count
+        ),
+    }
