@@ -6,7 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from devtools.bench.figures import FIGURES_DIR, _drift, readme_block, render, runs_load, table_e2e
+from devtools.bench.figures import (
+    FIGURES_DIR,
+    _drift,
+    readme_block,
+    render,
+    runs_load,
+    soaks_load,
+    table_e2e,
+)
 from devtools.bench.stats import soak_drift
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -20,7 +28,10 @@ def test_the_readmes_bench_figures_are_the_runs_own() -> None:
         assert not run["code"]["uncommitted_changes"], (
             f"a run in {FIGURES_DIR} measured code that was not committed: run it again"
         )
-    assert readme_block(README.read_text()) == render(bench, soak), (
+    earlier = soaks_load()
+    for run in earlier:
+        assert run["kind"] == "soak" and not run["code"]["uncommitted_changes"], run["began"]
+    assert readme_block(README.read_text()) == render(bench, soak, earlier), (
         "the README's bench figures differ from docs/bench/: "
         "python -m devtools.bench.figures --write README.md"
     )
@@ -54,7 +65,7 @@ def test_repeated_end_to_end_runs_show_their_count_and_range() -> None:
     assert "| tasks/s | 51.6 | 91.8 |" in table_e2e(older)
 
 
-def _wave(n: int, *, sandbox: float, postgres: float, probe: float | None = None) -> dict[str, Any]:
+def _wave(n: int, *, sandbox: float, postgres: float, host: bool = True) -> dict[str, Any]:
     wave: dict[str, Any] = {
         "wave": n,
         "cpu_ms_per_task": {
@@ -64,10 +75,9 @@ def _wave(n: int, *, sandbox: float, postgres: float, probe: float | None = None
             "mail": sandbox,
         },
     }
-    if probe is not None:
+    if host:
         wave.update(
-            host_probe_ms=probe,
-            host_steal_share=0.02,
+            host_steal_share=0.02 if n <= 5 else 0.05,
             server={"wal_kb_per_task": 11.5, "checkpoints": 1},
         )
     return wave
@@ -75,21 +85,34 @@ def _wave(n: int, *, sandbox: float, postgres: float, probe: float | None = None
 
 def test_a_soaks_drift_is_told_beside_what_the_host_alone_moved() -> None:
     """The cost a task grew by in the journal's processes is shown beside the growth of the
-    processes whose work does not grow with the journal (the host's own drift), and the fixed
-    probe's, where the run has it."""
-    waves = [_wave(n, sandbox=1.0, postgres=4.0, probe=30.0) for n in range(1, 6)]
-    waves += [_wave(n, sandbox=1.0, postgres=4.0, probe=30.0) for n in range(6, 21)]
-    waves += [_wave(n, sandbox=1.1, postgres=4.8, probe=33.0) for n in range(21, 26)]
+    processes whose work does not grow with the journal (the host's own drift), and the
+    hypervisor's steal and the WAL a task wrote, where the run has them."""
+    waves = [_wave(n, sandbox=1.0, postgres=4.0) for n in range(1, 21)]
+    waves += [_wave(n, sandbox=1.1, postgres=4.8) for n in range(21, 26)]
     drift = soak_drift(waves)
     assert drift["cpu_ms_per_task"]["postgres"] == {"first": 4.0, "last": 4.8, "growth": 0.2}
     assert drift["host_bound_cpu_growth"] == 0.1
-    assert drift["host_probe_ms"] == {"first": 30.0, "last": 33.0, "growth": 0.1}
+    assert drift["host_steal_share"] == {"first": 0.02, "last": 0.05, "growth": 1.5}
     text = _drift(waves)
     assert "PostgreSQL 4.00 → 4.80 (+20.0%)" in text
     assert "the host's own drift, +10.0% on average" in text
-    assert "took 30.0 → 33.0 ms (+10.0%)" in text
-    assert "5 checkpoints in the last five waves" in text
-    # A run from before the probe: the drift of the processes alone.
-    older = [{k: v for k, v in w.items() if k in ("wave", "cpu_ms_per_task")} for w in waves]
-    assert soak_drift(older)["host_probe_ms"] is None
-    assert "probe" not in _drift(older) and "+10.0% on average" in _drift(older)
+    assert "The hypervisor took 2.0% → 5.0%" in text
+    assert "WAL 11.5 → 11.5 KB a task, 5 checkpoints in the last five waves" in text
+    # A run from before these were read: the processes' drift alone.
+    older = [
+        _wave(w["wave"], sandbox=1.0 if w["wave"] <= 20 else 1.1, postgres=4.0, host=False)
+        for w in waves
+    ]
+    assert soak_drift(older)["host_steal_share"] is None
+    assert "hypervisor" not in _drift(older) and "+10.0% on average" in _drift(older)
+
+
+def test_every_soak_kept_is_listed_with_the_latest() -> None:
+    bench, soak = runs_load()
+    assert soak is not None
+    earlier = soaks_load()
+    listed = render(bench, soak, earlier)
+    for run in [*earlier, soak]:
+        ratio = run["summary"]["throughput_last5_over_first5"]
+        assert f"`{run['code']['commit'][:10]}`" in listed and f"{ratio:.2f}×" in listed
+    assert "(this one)" in listed

@@ -1,9 +1,10 @@
 """The README's benchmark figures, rendered from the runs' own output: measured, never typed.
 
 ``make bench BENCH_ARGS="--out docs/bench/bench.json"`` and ``make soak SOAK_ARGS="--out
-docs/bench/soak.json"`` write the runs; ``python -m devtools.bench.figures --write README.md``
-puts them between the README's markers (``--check README.md`` says whether it holds them). A
-test checks that the README holds exactly what the files say.
+docs/bench/soak.json"`` write the runs (an earlier soak is kept in ``docs/bench/soaks/``,
+named by when it began, and listed with the latest); ``python -m devtools.bench.figures
+--write README.md`` puts them between the README's markers (``--check README.md`` says
+whether it holds them). A test checks that the README holds exactly what the files say.
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ ROLE_NAMES = {
 def _drift(waves: Sequence[Run]) -> str:
     """What a task cost each process, first five waves against the last five, beside what the
     host alone moved (stats.soak_drift): the cost of the roles whose work does not grow with
-    the journal, and, where the run has them, the fixed probe and the hypervisor's steal."""
+    the journal, and, where the run has them, the hypervisor's steal and the WAL a task wrote."""
     drift = soak_drift(waves)
     cpu = drift["cpu_ms_per_task"]
 
@@ -305,15 +306,10 @@ def _drift(waves: Sequence[Run]) -> str:
     )
     if drift["host_bound_cpu_growth"] is not None:
         text += f": the host's own drift, {drift['host_bound_cpu_growth']:+.1%} on average"
-    probe, steal = drift["host_probe_ms"], drift["host_steal_share"]
-    if probe is not None:
-        text += (
-            f". A fixed probe between waves (devtools/bench/host.py) took {probe['first']:.1f} → "
-            f"{probe['last']:.1f} ms ({probe['growth']:+.1%})"
-        )
+    steal = drift["host_steal_share"]
     if steal is not None:
         text += (
-            f"; the hypervisor took {steal['first']:.1%} → {steal['last']:.1%} of the CPU time "
+            f". The hypervisor took {steal['first']:.1%} → {steal['last']:.1%} of the CPU time "
             "for others"
         )
     wal = drift["wal_kb_per_task"]
@@ -349,7 +345,38 @@ def _levelled(waves: Sequence[Run]) -> str:
     )
 
 
-def render(bench: Run, soak: Run | None) -> str:
+def soak_history(soak: Run, earlier: Sequence[Run]) -> str:
+    """Every soak kept, oldest first, with this one: its last five waves over its first five,
+    beside what the host alone moved (the sandboxes' CPU a task) and PostgreSQL's. The soak is
+    minutes long on a shared machine: one run alone says little about the code."""
+    if not earlier:
+        return ""
+
+    def told(run: Run) -> str:
+        drift = soak_drift(run["waves"])
+        postgres = (drift["cpu_ms_per_task"].get("postgres") or {}).get("growth")
+        host = drift["host_bound_cpu_growth"]
+        this = " (this one)" if run is soak else ""
+        return (
+            f"{run['began'][:16].replace('T', ' ')} at `{run['code']['commit'][:10]}`{this}: "
+            f"{run['summary']['throughput_last5_over_first5']:.2f}× "
+            f"(the sandboxes {_signed(host)}, PostgreSQL {_signed(postgres)})"
+        )
+
+    runs = sorted([*earlier, soak], key=lambda run: str(run["began"]))
+    return (
+        "Every soak kept, oldest first (docs/bench/soak.json and docs/bench/soaks/): its "
+        "throughput, last five waves over the first five (CPU a task, same comparison): "
+        + "; ".join(told(run) for run in runs)
+        + "."
+    )
+
+
+def _signed(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1%}"
+
+
+def render(bench: Run, soak: Run | None, earlier: Sequence[Run] = ()) -> str:
     parts = [
         BEGIN,
         f"Measured on {machine_line(bench)}.",
@@ -360,7 +387,7 @@ def render(bench: Run, soak: Run | None) -> str:
         table_dashboard(bench),
     ]
     if soak is not None:
-        parts.append(table_soak(soak))
+        parts += [table_soak(soak), soak_history(soak, earlier)]
     parts.append(END)
     return "\n\n".join(p for p in parts if p)
 
@@ -370,6 +397,11 @@ def runs_load(directory: Path = FIGURES_DIR) -> tuple[Run, Run | None]:
     soak_path = directory / "soak.json"
     soak = json.loads(soak_path.read_text()) if soak_path.exists() else None
     return bench, soak
+
+
+def soaks_load(directory: Path = FIGURES_DIR) -> list[Run]:
+    """The earlier soaks kept beside the latest (``soaks/``)."""
+    return [json.loads(path.read_text()) for path in sorted((directory / "soaks").glob("*.json"))]
 
 
 def readme_block(text: str) -> str:
@@ -384,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     group.add_argument("--write", type=Path, metavar="README", help="replace the block there")
     group.add_argument("--check", type=Path, metavar="README", help="exit 1 if it differs")
     options = parser.parse_args(argv)
-    block = render(*runs_load(options.dir))
+    block = render(*runs_load(options.dir), soaks_load(options.dir))
     if options.write is not None:
         text = options.write.read_text()
         options.write.write_text(text.replace(readme_block(text), block))

@@ -25,7 +25,7 @@ from django.db import connection
 from agentops.retention import journal_retain
 from agentops.runner import run_queue, task_start
 from devtools.bench import e2e
-from devtools.bench.host import Steal, probe_ms
+from devtools.bench.host import Steal
 from devtools.bench.stats import percentile, soak_drift
 from journal.models import Step, Task
 
@@ -129,8 +129,6 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
             retained = journal_retain()
             dropped_partitions += len(retained.dropped)
             dropped_tasks += retained.tasks_dropped
-            # Between waves, with the workers idle: the host's own speed now (host.py).
-            probe = probe_ms()
             row: dict[str, Any] = {
                 "wave": wave,
                 "began": round(began, 1),
@@ -142,7 +140,6 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
                     "p99": round(percentile(batch.latency_ms, 99), 1),
                 },
                 "cpu_ms_per_task": batch.cpu_ms_per_task,
-                "host_probe_ms": probe,
                 "host_steal_share": stolen,
                 "server": background,
                 "memory_mb": world.roles.memory_mb(),
@@ -162,8 +159,7 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
                 + ", ".join(
                     f"{v} MB" for k, v in row["memory_mb"].items() if k.startswith("worker")
                 )
-                + f", {row['retention']['tasks_in_journal']} tasks in the journal; "
-                f"the host's probe {probe} ms"
+                + f", {row['retention']['tasks_in_journal']} tasks in the journal"
             )
         again = refused_again(world, first_invoice)
     summary = soak_summary(rows)

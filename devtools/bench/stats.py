@@ -88,8 +88,8 @@ HOST_BOUND_ROLES = ("payments", "mail")
 
 def soak_drift(waves: Sequence[Mapping[str, Any]], count: int = 5) -> dict[str, Any]:
     """How the cost of a task moved from a soak's first ``count`` waves to its last: the CPU
-    each process spent per task, the fixed probe's time and the hypervisor's steal (where
-    the waves have them), and the mean growth of the roles whose work does not grow with the
+    each process spent per task, the hypervisor's steal and the WAL a task wrote (where the
+    waves have them), and the mean growth of the roles whose work does not grow with the
     journal (:data:`HOST_BOUND_ROLES`): what the host alone moved."""
     roles = list(waves[0]["cpu_ms_per_task"]) if waves else []
     cpu = {
@@ -100,7 +100,6 @@ def soak_drift(waves: Sequence[Mapping[str, Any]], count: int = 5) -> dict[str, 
     return {
         "cpu_ms_per_task": cpu,
         "host_bound_cpu_growth": round(statistics.fmean(bound), 3) if bound else None,
-        "host_probe_ms": first_last([w.get("host_probe_ms") for w in waves], count),
         "host_steal_share": first_last([w.get("host_steal_share") for w in waves], count),
         "wal_kb_per_task": first_last(
             [(w.get("server") or {}).get("wal_kb_per_task") for w in waves], count
