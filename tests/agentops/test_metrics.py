@@ -445,8 +445,13 @@ def test_the_web_servers_and_the_sweepers_lines_are_json_naming_their_task_and_s
     rang = wait_for(about_the_task, timeout=15, what="the sweeper's line about the task")
     assert rang[0]["logger"] == "agentops.runner" and "rang for it" in rang[0]["message"]
     assert str(stranded.pk) in rang[0]["message"]
-    counts = [r for r in json_lines(sweeper_log) if r["logger"] == "agentops.sweeper"]
-    assert counts and all("rung" in r for r in counts), counts
+
+    # The pass's count comes once the pass is over, after its lines about each task.
+    def counted() -> list[dict[str, Any]]:
+        return [r for r in json_lines(sweeper_log) if r["logger"] == "agentops.sweeper"]
+
+    counts = wait_for(counted, timeout=15, what="the sweeper's count of the tasks it rang for")
+    assert all("rung" in r for r in counts), counts
 
 
 # --- a provider's reports ------------------------------------------------------------------
