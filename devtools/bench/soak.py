@@ -2,11 +2,13 @@
 
 Waves of renewals (``wave_tasks`` each) through two RQ workers and the sandbox providers,
 one after another against a growing journal. After each wave: its throughput and latency
-percentiles, every process's memory, the journal's tables and indexes, dead tuples, the
-share of HOT updates of the steps in that wave, and Redis's keys; then the journal's
-retention, as its daily job runs it (agentops.retention.journal_retain). At the end, the
-last five waves against the first five, and the first wave's first invoice asked for again
-after its task's range was dropped: refused, naming its charge, and nothing sent.
+percentiles, every process's memory and CPU a task, the journal's tables and indexes, dead
+tuples, the share of HOT updates of the steps in that wave, Redis's keys, the server's
+background work (WAL, checkpoints, autovacuums) and the CPU the hypervisor took for others
+(devtools/bench/host.py); then the journal's retention, as its daily job runs it
+(agentops.retention.journal_retain). At the end, the last five waves against the first
+five, and the first wave's first invoice asked for again after its task's range was dropped:
+refused, naming its charge, and nothing sent.
 
 ``make soak`` runs it with the journal's ranges a few seconds wide and kept half a minute
 (JOURNAL_PARTITION_SECONDS, JOURNAL_RETAIN_SECONDS), so that retention drops ranges while it
@@ -173,7 +175,7 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
 
 def soak_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The last five waves against the first five: throughput, latency, how memory moved,
-    and what a task cost each process and how fast the host was (stats.soak_drift)."""
+    and what a task cost each process beside what the host alone moved (stats.soak_drift)."""
     first, last = rows[:5], rows[-5:]
 
     def mean(values: list[float]) -> float:
