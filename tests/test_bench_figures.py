@@ -14,6 +14,7 @@ from devtools.bench.figures import (
     runs_load,
     soaks_load,
     table_e2e,
+    table_ratios,
 )
 from devtools.bench.stats import soak_drift
 
@@ -116,3 +117,20 @@ def test_every_soak_kept_is_listed_with_the_latest() -> None:
         ratio = run["summary"]["throughput_last5_over_first5"]
         assert f"`{run['code']['commit'][:10]}`" in listed and f"{ratio:.2f}×" in listed
     assert "(this one)" in listed
+
+
+def test_a_bench_run_tells_the_hypervisors_steal_where_it_read_it() -> None:
+    bench, _ = runs_load()
+    steal = {"median": 0.031, "min": 0.012, "max": 0.094, "values": [0.012, 0.031, 0.094]}
+    run = {
+        **bench,
+        "host_steal_share": steal,
+        "e2e_host_steal_share": {"1_worker": steal, "2_workers": {**steal, "median": 0.05}},
+    }
+    assert (
+        "The hypervisor took 3.1% (1.2% – 9.4%) of the machine's CPU time for others during "
+        "the rounds." in table_ratios(run)
+    )
+    assert "3.1% (1.2% – 9.4%) on 1 worker, 5.0% (1.2% – 9.4%) on 2 workers" in table_e2e(run)
+    # A run that did not read it (or on a kernel that does not say) tells nothing of it.
+    assert "hypervisor" not in table_ratios(bench) + table_e2e(bench)

@@ -111,6 +111,12 @@ def table_ratios(run: Run) -> str:
             "a step and the production path for one, so where a commit costs more the ratio "
             "to the floor rises, and where it costs less it falls.",
         ]
+    steal = run.get("host_steal_share")
+    if steal is not None:
+        lines[-1] += (
+            f" The hypervisor took {steal['median']:.1%} ({steal['min']:.1%} – "
+            f"{steal['max']:.1%}) of the machine's CPU time for others during the rounds."
+        )
     return "\n".join(lines)
 
 
@@ -195,6 +201,17 @@ def table_e2e(run: Run) -> str:
         f"reached {rates[most] / ceiling:.0%} of that. Each worker's memory before and after "
         f"its {rss['tasks']:,} tasks{last}: {before} → {after}.",
     ]
+    steals = run.get("e2e_host_steal_share")
+    if steals and all(steals.get(n) for n in names):
+        lines[-1] += (
+            " The hypervisor took "
+            + ", ".join(
+                f"{steals[n]['median']:.1%} ({steals[n]['min']:.1%} – {steals[n]['max']:.1%}) "
+                f"on {n.replace('_', ' ')}"
+                for n in names
+            )
+            + " of the machine's CPU time for others while the runs ran (medians of the runs)."
+        )
     return "\n".join(lines)
 
 

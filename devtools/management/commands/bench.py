@@ -26,6 +26,7 @@ from django.db import connections
 
 from agentops.dbroles import OWNER_ALIAS
 from devtools.bench import dashboard, e2e, floor, peer, production, soak
+from devtools.bench.host import Steal
 from devtools.bench.machine import code, machine
 from devtools.bench.stats import percentile, ratio_summary, summary
 from devtools.process import REPO
@@ -37,6 +38,13 @@ TARGETS = {
     "production_to_dbos_sequential": 2.5,
     "e2e_tasks_per_s_2_workers": 100.0,
 }
+
+
+def _steal_summary(shares: list[float | None]) -> dict[str, Any] | None:
+    """The hypervisor's steal over the parts measured (devtools/bench/host.py): None where
+    the kernel does not say."""
+    known = [share for share in shares if share is not None]
+    return summary(known, 4) if known and len(known) == len(shares) else None
 
 
 def _owner_url() -> str:
@@ -108,6 +116,7 @@ class Command(BaseCommand):
         steps, per_task = options["steps"], options["per_task"]
         rows: dict[str, list[float]] = {part: [] for part in PARTS}
         probes: list[floor.Probe] = []
+        steals: list[float | None] = []
         have_dbos = peer.dbos_available()
         if not have_dbos:
             raise CommandError("DBOS is not installed: pip install -e '.[bench]' (make bench does)")
@@ -133,6 +142,7 @@ class Command(BaseCommand):
             for repetition in range(options["repeat"]):
                 # What a round trip and a durable commit cost in this round, before its parts.
                 probes.append(floor.commit_probe(conn))
+                steal = Steal()
                 parts = list(PARTS)
                 order.shuffle(parts)
                 for part in parts:
@@ -141,6 +151,7 @@ class Command(BaseCommand):
                     else:
                         rate = max(1, steps // per_task) * per_task / measure[part](repetition)
                     rows[part].append(rate)
+                steals.append(steal.share())
                 self._say(
                     f"round {repetition + 1}/{options['repeat']}: "
                     + ", ".join(f"{p} {rows[p][-1]:.0f}" for p in PARTS)
@@ -159,6 +170,7 @@ class Command(BaseCommand):
             "round_trip_us": summary([p.round_trip_us for p in probes]),
             "commit_us": summary([p.commit_us for p in probes]),
         }
+        out["host_steal_share"] = _steal_summary(steals)
         out["ratios"] = {
             "production_to_floor": ratio_summary(rows["production"], rows["floor"]),
             "production_to_dbos_sequential": ratio_summary(
@@ -201,6 +213,7 @@ class Command(BaseCommand):
         rates: dict[str, list[float]] = {name: [] for name in names.values()}
         cpu: dict[str, list[dict[str, float]]] = {name: [] for name in names.values()}
         latency: dict[str, list[float]] = {name: [] for name in names.values()}
+        steals: dict[str, list[float | None]] = {name: [] for name in names.values()}
         out: dict[str, Any] = {}
         with e2e.sandboxes() as world:
             for repetition in range(repeat):
@@ -215,7 +228,9 @@ class Command(BaseCommand):
                             f"renewals end to end on {count} worker(s), "
                             f"run {repetition + 1}/{repeat}"
                         )
+                        steal = Steal()
                         batch = e2e.batch_run(world, tasks=tasks)
+                        steals[name].append(steal.share())
                         rss_after = world.roles.memory_mb()
                     rates[name].append(batch.tasks_per_s)
                     cpu[name].append(batch.cpu_ms_per_task)
@@ -235,6 +250,7 @@ class Command(BaseCommand):
             name: {role: summary([run[role] for run in runs], 2)["median"] for role in runs[0]}
             for name, runs in cpu.items()
         }
+        out["e2e_host_steal_share"] = {name: _steal_summary(v) for name, v in steals.items()}
         out["e2e_latency_ms"] = {
             name: {f"p{p}": round(percentile(values, p), 1) for p in (50, 95, 99)}
             for name, values in latency.items()
