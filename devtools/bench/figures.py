@@ -177,7 +177,7 @@ def table_e2e(run: Run) -> str:
         + " |"
     )
     for role in ROLES:
-        label = {"bench": "the program starting them"}.get(role, role)
+        label = ROLE_NAMES["bench"] if role == "bench" else role
         lines.append(
             f"| CPU a task, ms: {label} | "
             + " | ".join(_n(cpu[n].get(role), 1) for n in names)
@@ -296,7 +296,7 @@ ROLE_NAMES = {
     "redis": "Redis",
     "payments": "payments sandbox",
     "mail": "mail sandbox",
-    "bench": "the bench",
+    "bench": "the program starting them",
 }
 
 
@@ -380,7 +380,7 @@ def soak_history(soak: Run, earlier: Sequence[Run]) -> str:
             f"(the sandboxes {_signed(host)}, PostgreSQL {_signed(postgres)})"
         )
 
-    runs = sorted([*earlier, soak], key=lambda run: str(run["began"]))
+    runs = sorted([*earlier, soak], key=lambda run: run["began"])
     return (
         "Every soak kept, oldest first (docs/bench/soak.json and docs/bench/soaks/): its "
         "throughput, last five waves over the first five (CPU a task, same comparison): "

@@ -1,9 +1,11 @@
-"""How much of a stretch of time the host gave to others: what a soak's waves are read beside.
+"""How much of a stretch of time the host gave to others: what the measured runs are read beside.
 
 This machine is a virtual one that shares its cores: the same work takes a third longer in
-one minute than in the next, and a soak's last waves run minutes after its first. Each wave
-reads how much of the machine's CPU time the hypervisor took for others while it ran
-(:class:`Steal`, Linux's ``/proc/stat``). It corrects no figure: it says how busy the host was.
+one minute than in the next, and a soak's last waves run minutes after its first. Each soak
+wave, bench round and end-to-end run reads how much of the machine's CPU time the hypervisor
+took for others while it ran (:class:`Steal`, Linux's ``/proc/stat``). It corrects no figure,
+and it is not the whole of a shared host's slowness (a neighbour's load on the caches shows in
+no counter): it says how much time the host took away.
 """
 
 from __future__ import annotations
