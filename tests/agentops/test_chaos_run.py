@@ -46,7 +46,7 @@ def test_a_small_chaos_run_repeats_nothing_loses_nothing_and_asks_nobody_unmeant
     finally:
         connections.close_all()  # PostgreSQL was restarted under this process
         redis.flushdb()
-    assert figures["failed"] == [], json.dumps(figures.get("examples"), indent=1)
+    assert figures["failed"] == [], held_against(tmp_path, figures)
     assert figures["ok"] is True
     assert sum(figures["outcomes"].values()) == figures["tasks"] == 30
     # The charge the provider refused us for left its task, and only it, to a person...
@@ -77,3 +77,28 @@ def test_a_small_chaos_run_repeats_nothing_loses_nothing_and_asks_nobody_unmeant
     assert injected.get("misdirected") == 1
     assert sum(injected.values()) > 20
     assert figures["provider_effects"] > 30
+
+
+def held_against(workdir: Path, figures: dict[str, object]) -> str:
+    """What a failed run is held to account for, and the journal of each task concerned,
+    beside the faults fired, in seconds since the run began: all a person reading CI's output
+    has to go on."""
+    lines = [json.dumps(figures.get("examples"), indent=1)]
+    details = json.loads((workdir / "details.json").read_text())
+    began = details["began"]
+    lines += [
+        f"  {e['at']:6.2f}s {e['kind']} {e['target']} {e['duration'] or ''}"
+        for e in details["events"]
+    ]
+    deaths = details["deaths"]
+    lines += [
+        f"  {d['at'] - began:6.2f}s worker {d['slot']} died ({d['code']})" for d in deaths[:20]
+    ]
+    if len(deaths) > 20:
+        lines.append(f"  ... and {len(deaths) - 20} more worker deaths")
+    for task, entries in details["held_against"].items():
+        lines.append(f"task {task}:")
+        for at, kind, actor, data in entries:
+            said = json.dumps(data, sort_keys=True)
+            lines.append(f"  {at - began:6.2f}s {kind} {actor} {said[:400]}")
+    return "\n".join(lines)

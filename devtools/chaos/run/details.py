@@ -1,5 +1,6 @@
 """What a chaos run keeps beside its logs (``details.json``): the journal of each
-task that was slow to move again after a fault.
+task that was slow to move again after a fault, and of each task the run's verdict holds
+against it (left unknown, or handed to a person the plan did not mean).
 """
 
 from __future__ import annotations
@@ -16,19 +17,26 @@ def timelines(samples: list[dict[str, Any]], *, slower_than: float) -> dict[str,
     """The journal of each task that took long to move again after a fault, for a person
     looking into why (written beside the run's logs)."""
     slow = {s["task"]: s for s in samples if s["took"] is None or s["took"] > slower_than}
-    if not slow:
+    entries = journals(list(slow))
+    return {t: {"sample": s, "entries": entries.get(t, [])} for t, s in slow.items()}
+
+
+def journals(tasks: list[str]) -> dict[str, list[list[Any]]]:
+    """Each task's journal entries, oldest first, as ``[at, kind, actor, data]``."""
+    wanted = [t for t in tasks if is_uuid(t)]
+    if not wanted:
         return {}
     rows: list[tuple[uuid.UUID, datetime, str, str, Any]] = db_or(
         lambda: list(
-            Entry.objects.filter(task_id__in=[t for t in slow if is_uuid(t)])
+            Entry.objects.filter(task_id__in=wanted)
             .order_by("id")
             .values_list("task_id", "at", "kind", "actor", "data")
         ),
         [],
     )
-    out: dict[str, Any] = {t: {"sample": s, "entries": []} for t, s in slow.items()}
+    out: dict[str, list[list[Any]]] = {}
     for task_id, at, kind, actor, data in rows:
-        out[str(task_id)]["entries"].append([at.timestamp(), kind, actor, data])
+        out.setdefault(str(task_id), []).append([at.timestamp(), kind, actor, data])
     return out
 
 

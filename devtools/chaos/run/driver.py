@@ -48,6 +48,7 @@ class Driver:
     world: World
     servers: set[str]
     started: float = field(default_factory=time.time)
+    """When the run began (``time.time()``): the plan's events are seconds after it."""
     task_ids: dict[int, str] = field(default_factory=dict)
     fired: int = 0
     process_faults: Counter[str] = field(default_factory=Counter)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -23,7 +24,7 @@ from devtools.chaos.ledgers import Ledgers, faults_counted
 from devtools.chaos.plan import plan_make
 from devtools.chaos.report import verdict
 from devtools.chaos.run.base import HARNESSES, queue_to_itself
-from devtools.chaos.run.details import timelines
+from devtools.chaos.run.details import journals, timelines
 from devtools.chaos.run.driver import Driver
 from devtools.chaos.run.mcp import agent_start, mcp_owners, model_said
 from devtools.chaos.run.progress import Bar
@@ -112,10 +113,19 @@ def chaos_run(
                 hits=driver.hits,
             )
         samples = report.pop("recovery_samples")
+        # The tasks the verdict holds against the run: handed to a person unmeant, or left
+        # with a step open (``ao:<task>:<n> (tool) state``).
+        held_against = [f["task"] for f in report["flagged"] if not f.get("on_purpose")]
+        held_against += [
+            _task_of_key(e.split(" ")[0]) for e in report["examples"].get("unknown_open", [])
+        ]
         details = {
             "recovery": samples,
             "deaths": driver.deaths,
             "slow": timelines(samples, slower_than=2 * plan.world.lease),
+            "held_against": journals(sorted(set(held_against))),
+            "began": driver.started,
+            "events": [dataclasses.asdict(e) for e in plan.events],
         }
         if driver.agent is not None:
             details["calls"] = [c.as_dict() for c in driver.agent.calls]
@@ -180,7 +190,7 @@ def _drive(driver: Driver, bar: Bar, *, time_limit: float, began: float) -> None
     operator, calm the providers after the fault window, and return once every task is
     over, or once nothing moved for a while past the deadline, or at the time limit."""
     plan, harness = driver.plan, driver.harness
-    t0 = time.time()
+    t0 = driver.started = time.time()  # the plan's moments count from here
     settle_by = plan.faults_until + (
         NAIVE_SETTLE if harness == "naive" else plan.world.settle_budget
     )
