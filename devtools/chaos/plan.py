@@ -87,8 +87,14 @@ class World:
     reconcile: tuple[float, ...] = (0.5, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 5.0, 5.0, 8.0, 8.0, 10.0)
     transient_retries: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     key_lifetimes: dict[str, float] = field(
-        default_factory=lambda: {"payments": 40.0, "mail": 15.0, "bookings": 25.0}
+        default_factory=lambda: {"payments": 90.0, "mail": 90.0, "bookings": 90.0}
     )
+    """How long each provider remembers a request's key. Longer than the last round of
+    ``reconcile`` would retry (72.5 s here: ``agentops.W105`` stays quiet, as it does with
+    real providers' day-long keys): a step recorded just before the plan's worst stretch of
+    faults is still retried with its key when they end. Shorter keys give such a step to a
+    person (``key_dead``), as designed, and the run would count a person asked unmeant; the
+    journal's own tests kill keys on purpose."""
     search_lag: float = 1.5
     webhook: dict[str, Any] = field(default_factory=dict)
     hold_expiry: float = 900.0

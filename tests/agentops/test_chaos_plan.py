@@ -4,6 +4,10 @@ settings per harness) and its model (the playbooks, slipping as models do).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import stripe
 
@@ -17,7 +21,7 @@ from devtools.chaos.model import (
     neighbouring,
     rephrased,
 )
-from devtools.chaos.plan import REFUSAL, plan_make
+from devtools.chaos.plan import REFUSAL, World, plan_make
 from journal.outcomes import StepState
 from journal.protocols import Call, Refusal, StepFact, TaskFacts
 
@@ -56,6 +60,31 @@ def test_a_plan_is_its_seed_alone() -> None:
     refusing = plan_make(seed=4, tasks=120, run="r", refusals=2)
     assert (refusing.rules[0].fault, refusing.rules[0].times) == (REFUSAL[2], 2)
     assert refusing.rules[1:] == first.rules and refusing.tasks == first.tasks
+
+
+def test_the_world_s_keys_outlive_the_reconciliation_the_product_checks_for() -> None:
+    # The run ends with nobody asked that the plan did not mean: the product's own start-up
+    # check says whether a step left unknown by a long outage is still retried with its key
+    # when the outage ends, or given to a person (W105), and E105 whether a key may die under
+    # a request that carries it. Asked of the settings the run gives its workers.
+    said = _checked(World())
+    assert "agentops.W105" not in said and "agentops.E105" not in said, said
+    # ...and it would say so of the keys the world once had (mail's died in CI).
+    short = World(key_lifetimes={"payments": 40.0, "mail": 15.0, "bookings": 25.0})
+    assert "(agentops.W105) tool send_email: its provider keeps keys 15 s" in _checked(short)
+
+
+def _checked(world: World) -> str:
+    """What ``manage.py check`` says, run with the settings a chaos run gives its workers."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "agentops.settings", **world.env("safe")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout + result.stderr
 
 
 def test_the_naive_harness_keeps_the_stripe_library_s_own_retries() -> None:
