@@ -113,6 +113,8 @@ class AgentopsWorker(SimpleWorker):
         """When the last beat went to Redis, and until when it keeps the keys (monotonic)."""
         self._started: str | None = None
         """The job whose start went with its execution's (:meth:`prepare_execution`)."""
+        self._idle_sent = False
+        """Whether Redis holds this worker idle as it last wrote it (:meth:`set_state`)."""
         super().__init__(queues, job_class=self.jobs, serializer=JSONSerializer, **kwargs)
 
     # The heartbeat (agentops_heartbeat_timestamp_seconds{process="worker"}) beats while the
@@ -172,6 +174,19 @@ class AgentopsWorker(SimpleWorker):
         self._started = job.id
         return execution
 
+    # RQ says the worker is idle twice between two jobs, a round trip each: as a job ends
+    # (SimpleWorker.execute_job) and as it waits for the next (dequeue_job_and_maintain_ttl).
+    # A lean job's finish says it in its own round trip (:meth:`_finalize_success`); nothing
+    # but this worker writes its state, so an idle state it wrote, with nothing written since,
+    # is not sent again.
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        if state == WorkerStatus.IDLE and pipeline is None and self._idle_sent:
+            self._state = state
+            return
+        super().set_state(state, pipeline)
+        self._idle_sent = state == WorkerStatus.IDLE and pipeline is None
+
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         if self._started == job.id:
             self._started = None
@@ -220,6 +235,7 @@ class AgentopsWorker(SimpleWorker):
             # This execution: its hash, its place in the started registry, the job's registry
             # of executions and the worker's set (RQ's own Execution.delete).
             execution.delete(job=job, pipeline=pipe)
+            self.set_state(WorkerStatus.IDLE, pipeline=pipe)  # as SimpleWorker's would next
             pipe.delete(
                 job.key,
                 job.dependents_key,
@@ -228,5 +244,6 @@ class AgentopsWorker(SimpleWorker):
                 Result.get_key(job.id),  # type: ignore[no-untyped-call]
             )
             pipe.execute()
+        self._idle_sent = True
         self.executions.pop(execution.id, None)
         self.log.info("Worker %s: %s: Job OK (%s)", self.name, job.origin, job.id)

@@ -228,6 +228,56 @@ def test_a_finished_ring_leaves_nothing_of_itself_in_redis(
 
 
 @pytest.mark.usefixtures("committed")
+def test_between_two_jobs_the_worker_is_idle_in_redis_said_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RQ writes the worker idle twice between two jobs, a round trip each (as a job ends and
+    as the worker waits for the next); AgentopsWorker once, with a lean job's finish. Whoever
+    reads the worker between jobs, a ring's or one that went RQ's way, reads it idle."""
+    from rq.worker import BaseWorker, WorkerStatus
+
+    connection = django_rq.get_connection("default")
+    queue = Queue(f"idle-{os.getpid()}", connection=connection, serializer=JSONSerializer)
+    between: list[Any] = []
+    writes: list[str] = []
+    real_dequeue = BaseWorker.dequeue_job_and_maintain_ttl
+    real_set = BaseWorker.set_state
+
+    def dequeue(self: BaseWorker, *args: Any, **kwargs: Any) -> Any:
+        between.append(connection.hget(self.key, "state"))
+        return real_dequeue(self, *args, **kwargs)
+
+    def set_state(self: BaseWorker, state: str, pipeline: Any = None) -> None:
+        writes.append(state)
+        real_set(self, state, pipeline)
+
+    monkeypatch.setattr(BaseWorker, "dequeue_job_and_maintain_ttl", dequeue)
+    monkeypatch.setattr(BaseWorker, "set_state", set_state)
+
+    def jobs_run(name: str) -> list[Any]:
+        for i in range(4):
+            queue.enqueue(DELIVER_JOB, i, result_ttl=0, job_timeout=60)
+        queue.enqueue(DELIVER_JOB, 99, result_ttl=600)  # RQ's own finish
+        queue.enqueue(DELIVER_JOB, 98, result_ttl=0, job_timeout=60)
+        del between[:], writes[:]
+        AgentopsWorker([queue], connection=connection, name=f"{name}-{os.getpid()}").work(
+            burst=True
+        )
+        return between[1:]  # after each job (the first look follows the worker's birth)
+
+    with monkeypatch.context() as rqs_way:
+        rqs_way.setattr(AgentopsWorker, "set_state", set_state)
+        rqs_way.setattr(AgentopsWorker, "_lean", lambda *a: False)
+        assert set(jobs_run("rq")) == {b"idle"}
+    rq_idle = writes.count(WorkerStatus.IDLE)
+    assert set(jobs_run("ours")) == {b"idle"}
+    assert len(between) == 7  # six jobs, and the empty queue's last look
+    ours_idle = writes.count(WorkerStatus.IDLE)
+    assert rq_idle == 13  # at its start, then twice a job
+    assert ours_idle == 7, writes  # at its start, then once a job
+
+
+@pytest.mark.usefixtures("committed")
 def test_a_ring_starts_in_one_round_trip_leaving_what_rqs_start_leaves(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
