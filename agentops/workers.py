@@ -114,6 +114,8 @@ class AgentopsWorker(SimpleWorker):
         self._started: str | None = None
         """The job whose start went with its execution's (:meth:`prepare_execution`)."""
         self._idle_sent = False
+        self._suspension_asked: float | None = None
+        """When Redis was last asked whether workers are suspended (monotonic)."""
         """Whether Redis holds this worker idle as it last wrote it (:meth:`set_state`)."""
         super().__init__(queues, job_class=self.jobs, serializer=JSONSerializer, **kwargs)
 
@@ -144,6 +146,21 @@ class AgentopsWorker(SimpleWorker):
                 return
         super().heartbeat(timeout, pipeline)
         self._beaten = (at, at + lasting)
+
+    # RQ asks Redis whether workers are suspended (``rq suspend``) before every job: a round
+    # trip a job. Asked at most this often (seconds), a busy worker takes no new job from a
+    # second after the suspension; RQ's own worker lags too, differently: one waiting for a
+    # job when it is suspended runs the next that comes without asking again.
+    suspension_every = 1.0
+
+    def check_for_suspension(self, burst: bool) -> None:
+        at = time.monotonic()
+        if self._suspension_asked is not None and at - self._suspension_asked < (
+            self.suspension_every
+        ):
+            return
+        super().check_for_suspension(burst)
+        self._suspension_asked = time.monotonic()
 
     def execute_job(self, job: Job, queue: Any) -> None:
         instruments.heartbeat(instruments.WORKER)

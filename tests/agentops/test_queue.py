@@ -278,6 +278,79 @@ def test_between_two_jobs_the_worker_is_idle_in_redis_said_once(
 
 
 @pytest.mark.usefixtures("committed")
+def test_a_worker_asks_whether_it_is_suspended_once_a_second_not_once_a_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``rq suspend`` still stops a worker taking new jobs, once it has asked; it asks Redis
+    at most every ``suspension_every`` seconds, not before every job (a round trip each)."""
+    from rq.suspension import is_suspended as real_asked
+    from rq.suspension import resume, suspend
+    from rq.worker import base
+
+    connection = django_rq.get_connection("default")
+    queue = Queue(f"suspend-{os.getpid()}", connection=connection, serializer=JSONSerializer)
+    asked = [0]
+
+    def is_suspended(*args: Any, **kwargs: Any) -> Any:
+        asked[0] += 1
+        return real_asked(*args, **kwargs)
+
+    monkeypatch.setattr(base, "is_suspended", is_suspended)
+    real_perform = AgentopsJob.perform
+
+    def perform(job: AgentopsJob) -> Any:
+        if job.args == [0]:
+            suspend(connection)  # by the first job, as an operator would between two
+        return real_perform(job)
+
+    monkeypatch.setattr(AgentopsJob, "perform", perform)
+    try:
+        # Asked before every job: the second is not taken.
+        monkeypatch.setattr(AgentopsWorker, "suspension_every", 0.0)
+        for i in range(3):
+            queue.enqueue(DELIVER_JOB, i, result_ttl=0, job_timeout=60)
+        worker = AgentopsWorker([queue], connection=connection, name=f"s0-{os.getpid()}")
+        assert worker.work(burst=True) is True
+        assert len(queue) == 2 and asked[0] == 2
+        resume(connection)
+        # Asked once a minute: once, for all of them.
+        monkeypatch.setattr(AgentopsWorker, "suspension_every", 60.0)
+        monkeypatch.setattr(AgentopsJob, "perform", real_perform)
+        for i in range(1, 9):
+            queue.enqueue(DELIVER_JOB, i, result_ttl=0, job_timeout=60)
+        asked[0] = 0
+        worker = AgentopsWorker([queue], connection=connection, name=f"s60-{os.getpid()}")
+        worker.work(burst=True)
+        assert len(queue) == 0 and asked[0] == 1
+    finally:
+        resume(connection)
+
+
+@pytest.mark.usefixtures("committed")
+def test_a_ring_costs_a_worker_four_round_trips_to_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Taking it, reading it, starting it, finishing it (docs/design.md §14): counted at the
+    client's socket over a hundred rings that do nothing of their own with Redis, a worker's
+    start and end shared among them."""
+    from redis.connection import Connection
+
+    sends = [0]
+    real_send = Connection.send_packed_command
+
+    def counted(self: Connection, *args: Any, **kwargs: Any) -> None:
+        sends[0] += 1
+        real_send(self, *args, **kwargs)
+
+    connection = django_rq.get_connection("default")
+    queue = Queue(f"trips-{os.getpid()}", connection=connection, serializer=JSONSerializer)
+    for i in range(100):
+        queue.enqueue(DELIVER_JOB, i, result_ttl=0, failure_ttl=3600, job_timeout=60)
+    monkeypatch.setattr(Connection, "send_packed_command", counted)
+    AgentopsWorker([queue], connection=connection, name=f"trips-{os.getpid()}").work(burst=True)
+    assert len(queue) == 0
+    assert sends[0] / 100 < 4.5, sends[0]
+
+
+@pytest.mark.usefixtures("committed")
 def test_a_ring_starts_in_one_round_trip_leaving_what_rqs_start_leaves(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
