@@ -181,6 +181,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
     # acknowledge the headers, which it delays (Nagle's algorithm against delayed ACKs: some
     # 40 ms a request on a kept-alive connection).
     disable_nagle_algorithm = True
+    # ...and leaves in one write: buffered, flushed once the reply is whole (``_send``, and the
+    # stdlib after each request). Unbuffered, the headers and the body were a send each.
+    wbufsize = 1 << 16
 
     def handle_one_request(self) -> None:
         self.server.idle(self.connection, True)

@@ -14,9 +14,17 @@ from typing import Any
 JSON = dict[str, Any]
 
 
+ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
 def new_id(prefix: str, n: int = 24) -> str:
-    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-    return prefix + "".join(secrets.choice(alphabet) for _ in range(n))
+    """``prefix`` and ``n`` characters of ID_ALPHABET, unpredictable: one read of the system's
+    randomness, not one a character (``secrets.choice`` reads it each time). Bytes at or
+    above the largest multiple of 62 under 256 are dropped, so every character is as likely."""
+    out: list[str] = []
+    while len(out) < n:
+        out += [ID_ALPHABET[b % 62] for b in secrets.token_bytes(2 * n) if b < 248]
+    return prefix + "".join(out[:n])
 
 
 class ApiError(Exception):
