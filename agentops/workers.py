@@ -114,9 +114,9 @@ class AgentopsWorker(SimpleWorker):
         self._started: str | None = None
         """The job whose start went with its execution's (:meth:`prepare_execution`)."""
         self._idle_sent = False
+        """Whether Redis holds this worker idle as it last wrote it (:meth:`set_state`)."""
         self._suspension_asked: float | None = None
         """When Redis was last asked whether workers are suspended (monotonic)."""
-        """Whether Redis holds this worker idle as it last wrote it (:meth:`set_state`)."""
         super().__init__(queues, job_class=self.jobs, serializer=JSONSerializer, **kwargs)
 
     # The heartbeat (agentops_heartbeat_timestamp_seconds{process="worker"}) beats while the
@@ -252,7 +252,10 @@ class AgentopsWorker(SimpleWorker):
             # This execution: its hash, its place in the started registry, the job's registry
             # of executions and the worker's set (RQ's own Execution.delete).
             execution.delete(job=job, pipeline=pipe)
-            self.set_state(WorkerStatus.IDLE, pipeline=pipe)  # as SimpleWorker's would next
+            # The worker idle in Redis, as SimpleWorker.execute_job writes it next (its write
+            # is then skipped: set_state). Redis only: the worker is busy until the job is
+            # over, for a stop signal to wait for it (RQ's _shutdown reads the state).
+            pipe.hset(self.key, "state", WorkerStatus.IDLE)
             pipe.delete(
                 job.key,
                 job.dependents_key,

@@ -234,25 +234,27 @@ def test_between_two_jobs_the_worker_is_idle_in_redis_said_once(
     """RQ writes the worker idle twice between two jobs, a round trip each (as a job ends and
     as the worker waits for the next); AgentopsWorker once, with a lean job's finish. Whoever
     reads the worker between jobs, a ring's or one that went RQ's way, reads it idle."""
-    from rq.worker import BaseWorker, WorkerStatus
+    from redis.commands.core import HashCommands
+    from rq.worker import BaseWorker
 
     connection = django_rq.get_connection("default")
     queue = Queue(f"idle-{os.getpid()}", connection=connection, serializer=JSONSerializer)
     between: list[Any] = []
-    writes: list[str] = []
+    writes: list[Any] = []  # the worker's state, as written to Redis (in a pipeline or not)
     real_dequeue = BaseWorker.dequeue_job_and_maintain_ttl
-    real_set = BaseWorker.set_state
+    real_hset = HashCommands.hset
 
     def dequeue(self: BaseWorker, *args: Any, **kwargs: Any) -> Any:
         between.append(connection.hget(self.key, "state"))
         return real_dequeue(self, *args, **kwargs)
 
-    def set_state(self: BaseWorker, state: str, pipeline: Any = None) -> None:
-        writes.append(state)
-        real_set(self, state, pipeline)
+    def hset(self: Any, name: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(name).startswith("rq:worker:") and args[:1] == ("state",):
+            writes.append(getattr(args[1], "value", args[1]))  # WorkerStatus, or its text
+        return real_hset(self, name, *args, **kwargs)
 
     monkeypatch.setattr(BaseWorker, "dequeue_job_and_maintain_ttl", dequeue)
-    monkeypatch.setattr(BaseWorker, "set_state", set_state)
+    monkeypatch.setattr(HashCommands, "hset", hset)
 
     def jobs_run(name: str) -> list[Any]:
         for i in range(4):
@@ -266,15 +268,53 @@ def test_between_two_jobs_the_worker_is_idle_in_redis_said_once(
         return between[1:]  # after each job (the first look follows the worker's birth)
 
     with monkeypatch.context() as rqs_way:
-        rqs_way.setattr(AgentopsWorker, "set_state", set_state)
+        rqs_way.setattr(AgentopsWorker, "set_state", BaseWorker.set_state)
         rqs_way.setattr(AgentopsWorker, "_lean", lambda *a: False)
         assert set(jobs_run("rq")) == {b"idle"}
-    rq_idle = writes.count(WorkerStatus.IDLE)
+    rq_idle = writes.count("idle")
     assert set(jobs_run("ours")) == {b"idle"}
     assert len(between) == 7  # six jobs, and the empty queue's last look
-    ours_idle = writes.count(WorkerStatus.IDLE)
     assert rq_idle == 13  # at its start, then twice a job
-    assert ours_idle == 7, writes  # at its start, then once a job
+    assert writes.count("idle") == 7, writes  # at its start, then once a job
+    assert writes.count("busy") == 6, writes
+
+
+@pytest.mark.usefixtures("committed")
+def test_a_stop_signal_as_a_ring_finishes_stops_the_worker_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A warm stop (SIGTERM) that comes while a ring is being finished waits for it, as it
+    waits for any job: the worker is busy until the job is over, though its finish already
+    writes it idle in Redis. Read idle, RQ's handler would end the job there, failed."""
+    import signal
+
+    from rq.registry import FailedJobRegistry
+    from rq.results import Result
+
+    connection = django_rq.get_connection("default")
+    queue = Queue(f"stop-{os.getpid()}", connection=connection, serializer=JSONSerializer)
+    for i in range(3):
+        queue.enqueue(DELIVER_JOB, i, result_ttl=0, failure_ttl=3600, job_timeout=60)
+    sent = [0]
+    real_key = Result.get_key
+
+    def get_key(job_id: str) -> str:
+        # Called as the finish's pipeline is built, after the worker's idle state is in it.
+        if not sent[0]:
+            sent[0] = 1
+            os.kill(os.getpid(), signal.SIGTERM)
+        return str(real_key(job_id))  # type: ignore[no-untyped-call]
+
+    monkeypatch.setattr(Result, "get_key", staticmethod(get_key))
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        AgentopsWorker([queue], connection=connection, name=f"stop-{os.getpid()}").work(burst=True)
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+    assert sent[0] == 1
+    assert len(queue) == 2  # stopped after the first
+    assert FailedJobRegistry(queue=queue).get_job_ids() == []  # which finished, not failed
 
 
 @pytest.mark.usefixtures("committed")
