@@ -303,7 +303,7 @@ def test_a_stop_signal_as_a_ring_finishes_stops_the_worker_after_it(
         if not sent[0]:
             sent[0] = 1
             os.kill(os.getpid(), signal.SIGTERM)
-        return str(real_key(job_id))  # type: ignore[no-untyped-call]
+        return str(real_key(job_id))
 
     monkeypatch.setattr(Result, "get_key", staticmethod(get_key))
     handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
