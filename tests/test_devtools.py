@@ -134,3 +134,19 @@ def test_the_benchmarks_commit_probe_commits_what_it_times() -> None:
             conn.execute("DROP TABLE bench_floor_step, bench_floor_entry, bench_floor_commit")
     assert rows == (15, 15)
     assert probe.round_trip_us > 0 and probe.commit_us > 0
+
+
+def test_the_benchmarks_workers_log_as_production_workers_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The end-to-end figures are a production worker's: its log level and format are the
+    product's defaults whatever the benchmark's own environment says (a worker at WARNING
+    skips the line a step that a production worker writes)."""
+    from devtools.bench.e2e import World, worker_env
+
+    monkeypatch.setenv("LOG_LEVEL", "WARNING")
+    monkeypatch.setenv("LOG_FORMAT", "text")
+    monkeypatch.setenv("AGENTOPS_DEVTOOLS", "1")
+    env = worker_env(World(providers={"MAIL_API_BASE": "http://127.0.0.1:9"}, handles=[]))
+    assert not {"LOG_LEVEL", "LOG_FORMAT", "AGENTOPS_DEVTOOLS"} & set(env)
+    assert env["MAIL_API_BASE"] == "http://127.0.0.1:9"

@@ -2,8 +2,10 @@
 journal — from ``task_start`` to every task finished, with one effect per step key.
 
 The workers are started as production starts them (``manage.py rqworker`` with agentops'
-worker class, no development tool loaded); what every process spent on a batch (CPU) and
-holds after it (memory) is read from the operating system (devtools.bench.procs).
+worker class, no development tool loaded, logging as the product does by default: a JSON
+line a step at INFO, to a file as a supervisor would take it); what every process spent on a
+batch (CPU) and holds after it (memory) is read from the operating system
+(devtools.bench.procs).
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rq import Worker
@@ -70,28 +74,45 @@ def sandboxes(*args: str) -> Iterator[World]:
         sandboxes_stop(*handles)
 
 
-@contextlib.contextmanager
-def workers(world: World, count: int) -> Iterator[list[Popen]]:
-    """``count`` RQ worker processes, registered before this yields."""
+# What the benchmark's workers are not given from its own environment: they run as production
+# runs them, at the product's defaults (LOG_LEVEL INFO, LOG_FORMAT json).
+NOT_PASSED_TO_WORKERS = ("AGENTOPS_DEVTOOLS", "LOG_LEVEL", "LOG_FORMAT")
+
+
+def worker_env(world: World) -> dict[str, str]:
+    """A benchmark worker's environment: this process's, pointed at the world's providers."""
     env = {
         **os.environ,
         **world.providers,
         "STRIPE_API_KEY": "sk_test_bench",
         "STRIPE_SEARCH_LAG_SECONDS": "0",
-        "LOG_LEVEL": "WARNING",
     }
-    env.pop("AGENTOPS_DEVTOOLS", None)  # workers as in production
+    for name in NOT_PASSED_TO_WORKERS:
+        env.pop(name, None)
+    return env
+
+
+@contextlib.contextmanager
+def workers(world: World, count: int) -> Iterator[list[Popen]]:
+    """``count`` RQ worker processes, registered before this yields. They log what production
+    workers log by default (a line a step, and one a job), each to a file, as a supervisor
+    would take it: what a line costs is a step's cost too (runs before this one logged only
+    warnings, to nowhere)."""
+    env = worker_env(world)
     queue = run_queue()
     registered = Worker.count(connection=queue.connection, queue=queue)
-    procs = [spawn(WORKER, env=env) for _ in range(count)]
-    roles = world.roles.pids
-    try:
-        _wait_workers(queue, registered + count)
-        roles["worker"] = [p.pid for p in procs]
-        yield procs
-    finally:
-        roles.pop("worker", None)
-        end(*procs, timeout=20)  # RQ's forked scheduler goes with each
+    with tempfile.TemporaryDirectory(prefix="agentops-bench-workers-") as logs:
+        procs = [
+            spawn(WORKER, env=env, output=Path(logs) / f"worker-{i}.log") for i in range(count)
+        ]
+        roles = world.roles.pids
+        try:
+            _wait_workers(queue, registered + count)
+            roles["worker"] = [p.pid for p in procs]
+            yield procs
+        finally:
+            roles.pop("worker", None)
+            end(*procs, timeout=20)  # RQ's forked scheduler goes with each
 
 
 @dataclass(frozen=True)
