@@ -14,6 +14,7 @@ from devtools.bench.figures import (
     runs_load,
     soaks_load,
     table_e2e,
+    table_paths,
     table_ratios,
 )
 from devtools.bench.stats import soak_drift
@@ -137,3 +138,15 @@ def test_a_bench_run_tells_the_hypervisors_steal_where_it_read_it() -> None:
         k: v for k, v in bench.items() if k not in ("host_steal_share", "e2e_host_steal_share")
     }
     assert "hypervisor" not in table_ratios(unread) + table_e2e(unread)
+
+
+def test_a_bench_run_tells_how_many_ranges_the_journal_held() -> None:
+    """A step's statements lock every range of the tables they touch: the table says how many
+    the run's journal had, and why that many (older runs, which did not say, say nothing)."""
+    bench, _ = runs_load()
+    kept = table_paths({**bench, "journal_ranges": {"keep_days": 90.0, "ranges_per_table": 19}})
+    assert "against a journal of 19 ranges a table, as a deployment that keeps it 90 days" in kept
+    fresh = table_paths({**bench, "journal_ranges": {"keep_days": None, "ranges_per_table": 8}})
+    assert "8 ranges a table, as a fresh database has them" in fresh
+    old = {k: v for k, v in bench.items() if k != "journal_ranges"}
+    assert "ranges a table" not in table_paths(old)

@@ -64,9 +64,18 @@ def table_paths(run: Run) -> str:
         ("DBOS Transact, sequential", "dbos_steps_per_s"),
         ("DBOS Transact, concurrent (`start_workflow`)", "dbos_concurrent_steps_per_s"),
     ]
+    ranges = run.get("journal_ranges")
+    held = ""
+    if ranges is not None:
+        kept = (
+            f"as a deployment that keeps it {_n(ranges['keep_days'])} days holds them"
+            if ranges["keep_days"]
+            else "as a fresh database has them (the journal is kept for good)"
+        )
+        held = f", against a journal of {ranges['ranges_per_table']} ranges a table, {kept}"
     lines = [
         f"{opts['repeat']} rounds of {opts['steps']:,} steps ({opts['per_task']} to a task), each "
-        "round's four parts in a shuffled order:",
+        f"round's four parts in a shuffled order{held}:",
         "",
         "| path | steps/s (median) | 95% interval | min – max |",
         "|---|---:|---:|---:|",

@@ -141,6 +141,35 @@ def install(noop_url: str) -> None:
         register_playbook(KIND)(playbook)
 
 
+def ranges_as_kept() -> dict[str, Any]:
+    """The journal's ranges as a deployment holds them once it has run as long as it keeps
+    them (what ``migrate`` wrote to journal_retention: its keep before now, its ranges ahead),
+    not the few of a fresh database: a cached plan of a statement on a partitioned table
+    locks every range before it prunes them, so their count is part of a step's cost (61
+    ranges a table against 2: about 6% more of PostgreSQL's CPU a step, measured while
+    issue 19 was open). Returns the keep, in days (None: kept for good, and nothing is made),
+    and how many ranges each table has then."""
+    from django.db import connections
+
+    from agentops.dbroles import OWNER_ALIAS
+
+    owner = connections[OWNER_ALIAS if OWNER_ALIAS in settings.DATABASES else "default"]
+    with owner.cursor() as cursor:
+        cursor.execute("SELECT keep_seconds FROM journal_retention WHERE id = 1")
+        row = cursor.fetchone()
+        keep = row[0] if row is not None else None
+        if keep:
+            cursor.execute(
+                "SELECT journal_partitions_make(now() - make_interval(secs => %s), now())",
+                [keep],
+            )
+        cursor.execute(
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'journal_step'::regclass"
+        )
+        (ranges,) = cursor.fetchone()
+    return {"keep_days": round(keep / 86_400, 1) if keep else None, "ranges_per_table": ranges}
+
+
 def tasks_make(*, count: int, per_task: int, batch: str) -> list[str]:
     """``count`` tasks of the kind, created as ``task_start`` would (checked at the door),
     without ringing for a worker: the benchmark runs them itself."""

@@ -122,6 +122,7 @@ class Command(BaseCommand):
             raise CommandError("DBOS is not installed: pip install -e '.[bench]' (make bench does)")
         order = random.Random(options["seed"])  # noqa: S311 - an order, not a secret
         out: dict[str, Any] = {}
+        out["journal_ranges"] = production.ranges_as_kept()
         with production.noop_provider() as noop:
             production.install(noop)
             production.run(production.tasks_make(count=3, per_task=per_task, batch="warm"))
