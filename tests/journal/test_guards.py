@@ -114,3 +114,20 @@ def test_effects_on_different_objects_do_not_block_each_other() -> None:
         tools={"charge": tool},
     )
     assert a.state == b.state == "pending"
+
+
+def test_each_claim_table_has_only_the_index_its_guard_reads() -> None:
+    """A claim is read by its whole key (the guard's primary key) and by nothing else: an
+    index beside it (Django's LIKE index of a CharField key) is written by every once-only
+    step and read by no one (journal/migrations/0021)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tablename, indexname FROM pg_indexes WHERE tablename IN "
+            "('journal_object_live', 'journal_object_once', 'journal_step_undo') ORDER BY 1"
+        )
+        indexes = cursor.fetchall()
+    assert indexes == [
+        ("journal_object_live", "journal_step_one_live_effect_per_object"),
+        ("journal_object_once", "journal_step_once_per_object"),
+        ("journal_step_undo", "journal_step_one_undo_per_step"),
+    ]
