@@ -30,9 +30,10 @@ test: $(STAMP) $(CHROMIUM) promtool
 	$(VENV)/bin/python scripts/stack.py test -- $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 # `manage.py bench` against durable throwaway servers (fsync on): see the README.
-# Production settings (DEBUG off) over plain HTTP on loopback, with a key made for the run.
+# Production settings (DEBUG off, logging at its default level) over plain HTTP on loopback,
+# with a key made for the run.
 bench: $(BENCH_STAMP)
-	DJANGO_DEBUG=0 DJANGO_HTTPS=0 LOG_LEVEL=WARNING \
+	DJANGO_DEBUG=0 DJANGO_HTTPS=0 \
 	DJANGO_SECRET_KEY=$$($(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))') \
 	$(VENV)/bin/python scripts/stack.py bench -- sh -c \
 		'$(VENV)/bin/python manage.py migrate -v0 && $(VENV)/bin/python manage.py collectstatic --noinput -v0 && $(VENV)/bin/python manage.py bench $(BENCH_ARGS)'

@@ -150,3 +150,14 @@ def test_a_bench_run_tells_how_many_ranges_the_journal_held() -> None:
     assert "8 ranges a table, as a fresh database has them" in fresh
     old = {k: v for k, v in bench.items() if k != "journal_ranges"}
     assert "ranges a table" not in table_paths(old)
+
+
+def test_a_bench_run_tells_how_its_production_path_logged() -> None:
+    """A line a step event costs the production path what it costs a worker: the table says
+    at which level the run's own process logged (older runs, which did not say, say nothing)."""
+    bench, _ = runs_load()
+    measurement = {**bench["measurement"], "log_level": "INFO", "log_format": "json"}
+    told = table_paths({**bench, "measurement": measurement})
+    assert "the production path's process logging at `INFO` (json) to a file" in told
+    quiet = {k: v for k, v in bench["measurement"].items() if not k.startswith("log_")}
+    assert "logging at" not in table_paths({**bench, "measurement": quiet})

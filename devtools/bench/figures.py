@@ -73,6 +73,12 @@ def table_paths(run: Run) -> str:
             else "as a fresh database has them (the journal is kept for good)"
         )
         held = f", against a journal of {ranges['ranges_per_table']} ranges a table, {kept}"
+    logged = run.get("measurement", {}).get("log_level")
+    if logged is not None:
+        held += (
+            f"; the production path's process logging at `{logged}` "
+            f"({run['measurement']['log_format']}) to a file, as a worker's"
+        )
     lines = [
         f"{opts['repeat']} rounds of {opts['steps']:,} steps ({opts['per_task']} to a task), each "
         f"round's four parts in a shuffled order{held}:",

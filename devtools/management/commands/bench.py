@@ -6,16 +6,22 @@ Run it against a throwaway database (``make bench`` starts one): it writes tasks
 the dashboard figures, 100,000 of them. It prints its progress on stderr and, last, one JSON
 line on stdout; ``--out`` also writes that JSON to a file (docs/bench/ holds the runs the
 README's figures are rendered from: ``python -m devtools.bench.figures --write README.md``).
+While it runs, its own log lines go to a file, as a supervisor takes a worker's: the
+production path it measures in this process writes what a production worker writes (at
+``LOG_LEVEL``, by default a line a step event), and the terminal shows only the progress.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import random
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,28 @@ def _steal_summary(shares: list[float | None]) -> dict[str, Any] | None:
     the kernel does not say."""
     known = [share for share in shares if share is not None]
     return summary(known, 4) if known and len(known) == len(shares) else None
+
+
+@contextlib.contextmanager
+def _lines_to_a_file() -> Iterator[None]:
+    """This process's log lines to a file of its own until the block ends (removed with it):
+    the handlers that write to a stream write there instead."""
+    handlers = [
+        h
+        for h in logging.getLogger().handlers
+        if type(h) is logging.StreamHandler  # not a file's: those are the user's
+    ]
+    with (
+        tempfile.TemporaryDirectory(prefix="agentops-bench-") as where,
+        open(Path(where) / "bench.log", "a", encoding="utf-8") as lines,  # noqa: PTH123
+    ):
+        streams = [h.setStream(lines) for h in handlers]
+        try:
+            yield
+        finally:
+            for handler, stream in zip(handlers, streams, strict=True):
+                if stream is not None:
+                    handler.setStream(stream)
 
 
 def _owner_url() -> str:
@@ -91,10 +119,13 @@ class Command(BaseCommand):
         if options["e2e_repeat"] < 1:
             raise CommandError("--e2e-repeat: at least 1")
         began = datetime.now(tz=UTC)
-        if options["soak"]:
-            out = soak.soak(waves=options["waves"], wave_tasks=options["wave_tasks"], say=self._say)
-        else:
-            out = self._measure(options)
+        with _lines_to_a_file():
+            if options["soak"]:
+                out = soak.soak(
+                    waves=options["waves"], wave_tasks=options["wave_tasks"], say=self._say
+                )
+            else:
+                out = self._measure(options)
         out = {
             "kind": "soak" if options["soak"] else "bench",
             "began": began.isoformat(timespec="seconds"),
@@ -181,7 +212,14 @@ class Command(BaseCommand):
                 rows["production"], rows["dbos_concurrent"]
             ),
         }
-        out["measurement"] = {"steps": steps, "per_task": per_task, "order": "shuffled per round"}
+        out["measurement"] = {
+            "steps": steps,
+            "per_task": per_task,
+            "order": "shuffled per round",
+            # What the production path's process logged, as a worker's would (to a file).
+            "log_level": settings.LOG_LEVEL,
+            "log_format": settings.LOG_FORMAT,
+        }
         if not options["skip_e2e"]:
             out.update(
                 self._e2e(options["e2e_tasks"], repeat=options["e2e_repeat"], seed=options["seed"])
