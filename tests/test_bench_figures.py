@@ -98,6 +98,9 @@ def test_a_soaks_drift_is_told_beside_what_the_host_alone_moved() -> None:
     text = _drift(waves)
     assert "PostgreSQL 4.00 → 4.80 (+20.0%)" in text
     assert "the host's own drift, +10.0% on average" in text
+    # PostgreSQL's 4.0 in units of the sandboxes' 1.0, then its 4.8 in units of their 1.1.
+    assert drift["over_host_bound"]["postgres"] == {"first": 4.0, "last": 4.364, "growth": 0.091}
+    assert "PostgreSQL 4.00 → 4.36 (+9.1%)" in text.split("in units of the sandboxes'")[1]
     assert "The hypervisor took 2.0% → 5.0%" in text
     assert "WAL 11.5 → 11.5 KB a task, 5 checkpoints in the last five waves" in text
     # A run from before these were read: the processes' drift alone.

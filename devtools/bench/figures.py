@@ -338,6 +338,16 @@ def _drift(waves: Sequence[Run]) -> str:
     )
     if drift["host_bound_cpu_growth"] is not None:
         text += f": the host's own drift, {drift['host_bound_cpu_growth']:+.1%} on average"
+    over = {r: f for r, f in drift["over_host_bound"].items() if f is not None}
+    if over:
+        text += (
+            ". Wave by wave in units of the sandboxes' CPU a task (what the host alone moves "
+            "taken out), first five → last five: "
+            + ", ".join(
+                f"{ROLE_NAMES.get(r, r)} {f['first']:.2f} → {f['last']:.2f} ({f['growth']:+.1%})"
+                for r, f in over.items()
+            )
+        )
     steal = drift["host_steal_share"]
     if steal is not None:
         text += (

@@ -86,11 +86,23 @@ def first_last(values: Sequence[float | None], count: int = 5) -> dict[str, Any]
 HOST_BOUND_ROLES = ("payments", "mail")
 
 
+def _over_host_bound(wave: Mapping[str, Any], role: str) -> float | None:
+    """A role's CPU a task in one wave, in units of the host-bound roles' in the same wave."""
+    cpu = wave["cpu_ms_per_task"]
+    bound = [cpu.get(r) for r in HOST_BOUND_ROLES]
+    if cpu.get(role) is None or any(b is None for b in bound):
+        return None
+    unit = statistics.fmean(b for b in bound if b is not None)
+    return float(cpu[role]) / unit if unit else None
+
+
 def soak_drift(waves: Sequence[Mapping[str, Any]], count: int = 5) -> dict[str, Any]:
     """How the cost of a task moved from a soak's first ``count`` waves to its last: the CPU
     each process spent per task, the hypervisor's steal and the WAL a task wrote (where the
     waves have them), and the mean growth of the roles whose work does not grow with the
-    journal (:data:`HOST_BOUND_ROLES`): what the host alone moved."""
+    journal (:data:`HOST_BOUND_ROLES`): what the host alone moved. ``over_host_bound``: each
+    other role's CPU a task divided, wave by wave, by the host-bound roles' mean in that
+    wave, first waves against last: its growth with what the host moved taken out."""
     roles = list(waves[0]["cpu_ms_per_task"]) if waves else []
     cpu = {
         role: first_last([w["cpu_ms_per_task"].get(role) for w in waves], count) for role in roles
@@ -99,6 +111,11 @@ def soak_drift(waves: Sequence[Mapping[str, Any]], count: int = 5) -> dict[str, 
     bound = [g for g in growths if g is not None]
     return {
         "cpu_ms_per_task": cpu,
+        "over_host_bound": {
+            role: first_last([_over_host_bound(w, role) for w in waves], count)
+            for role in roles
+            if role not in HOST_BOUND_ROLES
+        },
         "host_bound_cpu_growth": round(statistics.fmean(bound), 3) if bound else None,
         "host_steal_share": first_last([w.get("host_steal_share") for w in waves], count),
         "wal_kb_per_task": first_last(
