@@ -150,3 +150,39 @@ def test_the_benchmarks_workers_log_as_production_workers_do(
     env = worker_env(World(providers={"MAIL_API_BASE": "http://127.0.0.1:9"}, handles=[]))
     assert not {"LOG_LEVEL", "LOG_FORMAT", "AGENTOPS_DEVTOOLS"} & set(env)
     assert env["MAIL_API_BASE"] == "http://127.0.0.1:9"
+
+
+def test_the_benchmarks_own_lines_go_to_a_file_kept_only_when_it_fails(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """While `manage.py bench` runs, its process's lines go to a file (the production path it
+    measures pays for them as a worker does, and the terminal shows its progress); a warning
+    reaches the terminal too, and a run that fails keeps the file and says where."""
+    import io
+    import logging
+
+    from devtools.management.commands.bench import _lines_to_a_file
+
+    terminal = io.StringIO()
+    console = logging.StreamHandler(terminal)
+    root, log = logging.getLogger(), logging.getLogger("agentops.steps")
+    root.addHandler(console)
+    said: list[str] = []
+    try:
+        with _lines_to_a_file(said.append):
+            log.warning("a warning")
+            log.error("step ao:t:1 pay: settled done")
+        assert terminal.getvalue() == ""  # the console's lines went to the file
+        assert "a warning" in capsys.readouterr().err
+        assert said == []
+        with pytest.raises(RuntimeError), _lines_to_a_file(said.append):
+            log.error("step ao:t:2 pay: settled done")
+            raise RuntimeError("the run failed")
+        [kept] = said
+        path = Path(kept.rsplit(" ", 1)[1])
+        assert "ao:t:2" in path.read_text() and "ao:t:1" not in path.read_text()
+        path.unlink()
+        log.error("after the run")
+        assert "after the run" in terminal.getvalue()  # the console has its stream back
+    finally:
+        root.removeHandler(console)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -97,22 +98,28 @@ def workers(world: World, count: int) -> Iterator[list[Popen]]:
     """``count`` RQ worker processes, registered before this yields. They log what production
     workers log by default (a line a step, and one a job), each to a file, as a supervisor
     would take it: what a line costs is a step's cost too (runs before this one logged only
-    warnings, to nowhere)."""
+    warnings, to nowhere). The files are removed when the block ends well, and kept when it
+    raises (its exception names where)."""
     env = worker_env(world)
     queue = run_queue()
     registered = Worker.count(connection=queue.connection, queue=queue)
-    with tempfile.TemporaryDirectory(prefix="agentops-bench-workers-") as logs:
-        procs = [
-            spawn(WORKER, env=env, output=Path(logs) / f"worker-{i}.log") for i in range(count)
-        ]
-        roles = world.roles.pids
-        try:
-            _wait_workers(queue, registered + count)
-            roles["worker"] = [p.pid for p in procs]
-            yield procs
-        finally:
-            roles.pop("worker", None)
-            end(*procs, timeout=20)  # RQ's forked scheduler goes with each
+    logs = Path(tempfile.mkdtemp(prefix="agentops-bench-workers-"))
+    procs = [spawn(WORKER, env=env, output=logs / f"worker-{i}.log") for i in range(count)]
+    roles = world.roles.pids
+    kept = False
+    try:
+        _wait_workers(queue, registered + count)
+        roles["worker"] = [p.pid for p in procs]
+        yield procs
+    except BaseException as failed:
+        kept = True
+        failed.add_note(f"the benchmark's workers' logs are kept in {logs}")
+        raise
+    finally:
+        roles.pop("worker", None)
+        end(*procs, timeout=20)  # RQ's forked scheduler goes with each
+        if not kept:
+            shutil.rmtree(logs, ignore_errors=True)
 
 
 @dataclass(frozen=True)

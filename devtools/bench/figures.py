@@ -53,6 +53,11 @@ def machine_line(run: Run) -> str:
     )
 
 
+def _duration(seconds: float) -> str:
+    days = seconds / 86_400
+    return f"{_n(days)} days" if days >= 2 else f"{_n(seconds)} s"
+
+
 def table_paths(run: Run) -> str:
     opts = run["options"]
     rows = [
@@ -67,17 +72,23 @@ def table_paths(run: Run) -> str:
     ranges = run.get("journal_ranges")
     held = ""
     if ranges is not None:
+        keep = ranges.get("keep_seconds")
+        if keep is None and ranges.get("keep_days") is not None:
+            keep = ranges["keep_days"] * 86_400
         kept = (
-            f"as a deployment that keeps it {_n(ranges['keep_days'])} days holds them"
-            if ranges["keep_days"]
+            f"as a deployment that keeps it {_duration(keep)} holds them"
+            if keep
             else "as a fresh database has them (the journal is kept for good)"
         )
-        held = f", against a journal of {ranges['ranges_per_table']} ranges a table, {kept}"
+        held = (
+            f", against a journal of {ranges['ranges_per_table']} ranges a table (the default "
+            f"range included), {kept}"
+        )
     logged = run.get("measurement", {}).get("log_level")
     if logged is not None:
         held += (
             f"; the production path's process logging at `{logged}` "
-            f"({run['measurement']['log_format']}) to a file, as a worker's"
+            f"({run['measurement']['log_format']}) to a file"
         )
     lines = [
         f"{opts['repeat']} rounds of {opts['steps']:,} steps ({opts['per_task']} to a task), each "

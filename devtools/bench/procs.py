@@ -100,4 +100,3 @@ def redis_pid(connection: Any) -> int:
 
 def deltas(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
     return {k: round(after[k] - before.get(k, 0.0), 3) for k in after}
-

@@ -147,8 +147,8 @@ def ranges_as_kept() -> dict[str, Any]:
     not the few of a fresh database: a cached plan of a statement on a partitioned table
     locks every range before it prunes them, so their count is part of a step's cost (61
     ranges a table against 2: about 6% more of PostgreSQL's CPU a step, measured while
-    issue 19 was open). Returns the keep, in days (None: kept for good, and nothing is made),
-    and how many ranges each table has then."""
+    issue 19 was open). Returns the keep, in seconds (None: kept for good, and nothing is
+    made), and how many ranges each table has then, its default range included."""
     from django.db import connections
 
     from agentops.dbroles import OWNER_ALIAS
@@ -167,7 +167,7 @@ def ranges_as_kept() -> dict[str, Any]:
             "SELECT count(*) FROM pg_inherits WHERE inhparent = 'journal_step'::regclass"
         )
         (ranges,) = cursor.fetchone()
-    return {"keep_days": round(keep / 86_400, 1) if keep else None, "ranges_per_table": ranges}
+    return {"keep_seconds": keep or None, "ranges_per_table": ranges}
 
 
 def tasks_make(*, count: int, per_task: int, batch: str) -> list[str]:

@@ -54,25 +54,34 @@ def _steal_summary(shares: list[float | None]) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def _lines_to_a_file() -> Iterator[None]:
-    """This process's log lines to a file of its own until the block ends (removed with it):
-    the handlers that write to a stream write there instead."""
-    handlers = [
-        h
-        for h in logging.getLogger().handlers
-        if type(h) is logging.StreamHandler  # not a file's: those are the user's
-    ]
-    with (
-        tempfile.TemporaryDirectory(prefix="agentops-bench-") as where,
-        open(Path(where) / "bench.log", "a", encoding="utf-8") as lines,  # noqa: PTH123
-    ):
+def _lines_to_a_file(say: Callable[[str], None]) -> Iterator[None]:
+    """This process's log lines to a file until the block ends: the handlers that write to a
+    stream write there instead, and a warning or an error is written to stderr as well. The
+    file is removed when the block ends well, and kept, its name said, when it raises."""
+    root = logging.getLogger()
+    handlers = [h for h in root.handlers if type(h) is logging.StreamHandler]  # not a file's
+    fd, name = tempfile.mkstemp(prefix="agentops-bench-", suffix=".log")
+    loud = logging.StreamHandler(sys.stderr)
+    loud.setLevel(logging.WARNING)
+    if handlers:
+        loud.setFormatter(handlers[0].formatter)
+    with os.fdopen(fd, "a", encoding="utf-8") as lines:
         streams = [h.setStream(lines) for h in handlers]
+        root.addHandler(loud)
+        kept = False
         try:
             yield
+        except BaseException:
+            kept = True
+            say(f"this run's log lines are kept in {name}")
+            raise
         finally:
+            root.removeHandler(loud)
             for handler, stream in zip(handlers, streams, strict=True):
                 if stream is not None:
                     handler.setStream(stream)
+    if not kept:
+        os.unlink(name)
 
 
 def _owner_url() -> str:
@@ -119,7 +128,7 @@ class Command(BaseCommand):
         if options["e2e_repeat"] < 1:
             raise CommandError("--e2e-repeat: at least 1")
         began = datetime.now(tz=UTC)
-        with _lines_to_a_file():
+        with _lines_to_a_file(self._say):
             if options["soak"]:
                 out = soak.soak(
                     waves=options["waves"], wave_tasks=options["wave_tasks"], say=self._say
