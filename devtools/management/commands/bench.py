@@ -225,7 +225,7 @@ class Command(BaseCommand):
             "steps": steps,
             "per_task": per_task,
             "order": "shuffled per round",
-            # What the production path's process logged, as a worker's would (to a file).
+            # How the production path's own process logged (to a file): its LOG_LEVEL and format.
             "log_level": settings.LOG_LEVEL,
             "log_format": settings.LOG_FORMAT,
         }
