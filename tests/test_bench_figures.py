@@ -13,6 +13,7 @@ from devtools.bench.figures import (
     render,
     runs_load,
     soaks_load,
+    table_budget,
     table_e2e,
     table_paths,
     table_ratios,
@@ -173,3 +174,28 @@ def test_a_bench_run_tells_how_its_production_path_logged() -> None:
     )
     quiet = {k: v for k, v in bench["measurement"].items() if not k.startswith("log_")}
     assert "logging at" not in table_paths({**bench, "measurement": quiet})
+
+
+def test_a_bench_run_tells_where_a_steps_time_went() -> None:
+    """Beside the ratios: the step, what no harness could save (the two probes), the rest, and
+    the harness's share each target would leave, all from the run's own file."""
+    bench, _ = runs_load()
+    run = {
+        **bench,
+        "step_budget_us": {
+            "step": 1250.0,
+            "commit_and_round_trip": 200.0,
+            "provider_exchange": 150.0,
+            "harness": 900.0,
+            "step_at_floor_target": 1100.0,
+            "step_at_dbos_target": 1000.0,
+        },
+    }
+    table = table_budget(run)
+    assert "| a step of the production path (the inverse of its median rate) | 1,250 |" in table
+    assert "the harness's own work** (" in table and "| 900 |" in table
+    assert "| a step at 2.5× DBOS sequential would take | 1,000 |" in table
+    assert "could take 750 µs a step, and at 2.5× DBOS 650 µs; it took 900." in table
+    # A run from before the probe renders none of it.
+    older = {k: v for k, v in run.items() if k != "step_budget_us"}
+    assert table_budget(older) == ""

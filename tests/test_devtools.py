@@ -15,6 +15,7 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -186,3 +187,42 @@ def test_the_benchmarks_own_lines_go_to_a_file_kept_only_when_it_fails(
         assert "after the run" in terminal.getvalue()  # the console has its stream back
     finally:
         root.removeHandler(console)
+
+
+def test_the_benchmarks_exchange_probe_times_the_tools_own_call(
+    settings: Any,
+) -> None:
+    """The probe the benchmark reports beside the commit probe: each timed call is the bench
+    tool's own, an exchange with the provider that does nothing, which answers every one."""
+    from devtools.bench import production
+
+    with production.noop_provider() as noop:
+        settings.BENCH_NOOP_API_BASE = noop
+        settings.BENCH_NOOP_KEY_LIFETIME_SECONDS = 86_400.0
+        assert production.exchange_probe(times=15) > 0
+        settings.BENCH_NOOP_API_BASE = "http://127.0.0.1:9"  # nothing listens: it says so
+        with pytest.raises(RuntimeError, match="did not answer"):
+            production.exchange_probe(times=1)
+
+
+def test_a_steps_budget_is_the_runs_own_medians() -> None:
+    """What the README says of where a step's time went is arithmetic on the run's medians:
+    the step is its rate's inverse, the harness the rest after the two probes, and each target
+    the step it would allow."""
+    from devtools.management.commands.bench import step_budget
+
+    out = {
+        "production_steps_per_s": {"median": 800.0},
+        "raw_floor_steps_per_s": {"median": 1600.0},
+        "dbos_steps_per_s": {"median": 400.0},
+        "commit_probe": {"commit_us": {"median": 200.0}},
+        "exchange_probe_us": {"median": 150.0},
+    }
+    assert step_budget(out) == {
+        "step": 1250.0,
+        "commit_and_round_trip": 200.0,
+        "provider_exchange": 150.0,
+        "harness": 900.0,
+        "step_at_floor_target": 1250.0,
+        "step_at_dbos_target": 1000.0,
+    }

@@ -146,6 +146,49 @@ def table_ratios(run: Run) -> str:
     return "\n".join(lines)
 
 
+def table_budget(run: Run) -> str:
+    """Where a production step's time went (bench.step_budget): what no harness could save,
+    and the harness's own work, beside what a step could take at each target."""
+    budget = run.get("step_budget_us")
+    if budget is None:
+        return ""
+    fixed = budget["commit_and_round_trip"] + budget["provider_exchange"]
+    rows = [
+        ("a step of the production path (the inverse of its median rate)", budget["step"]),
+        (
+            "one durable commit with its round trip (the commit probe above)",
+            budget["commit_and_round_trip"],
+        ),
+        (
+            "one exchange with the provider that does nothing (the tool's own call, 200 a "
+            "round, nothing written)",
+            budget["provider_exchange"],
+        ),
+        (
+            "**the rest: the harness's own work** (its statement's work in PostgreSQL beyond "
+            "the commit — the rules, guards and claims —, the lease and per-task statements, "
+            "the planner, the checks, the telemetry, its Python)",
+            budget["harness"],
+        ),
+        ("a step at 0.5× the floor would take", budget["step_at_floor_target"]),
+        ("a step at 2.5× DBOS sequential would take", budget["step_at_dbos_target"]),
+    ]
+    lines = [
+        "Where a production step's time went in this run (medians, µs; the parts are measured "
+        "apart, so they add up only as medians do):",
+        "",
+        "| | µs a step |",
+        "|---|---:|",
+        *(f"| {label} | {_n(value)} |" for label, value in rows),
+        "",
+        "The commit and the exchange are what no harness can save. At 0.5× the floor the "
+        f"harness's own work could take {_n(budget['step_at_floor_target'] - fixed)} µs a "
+        f"step, and at 2.5× DBOS {_n(budget['step_at_dbos_target'] - fixed)} µs; it took "
+        f"{_n(budget['harness'])}.",
+    ]
+    return "\n".join(lines)
+
+
 def table_step(run: Run) -> str:
     per = run["per_step"]
     last = next(k for k in per if k.startswith("step_") and k != "step_2")
@@ -435,6 +478,7 @@ def render(bench: Run, soak: Run | None, earlier: Sequence[Run] = ()) -> str:
         f"Measured on {machine_line(bench)}.",
         table_paths(bench),
         table_ratios(bench),
+        table_budget(bench),
         table_step(bench),
         table_e2e(bench),
         table_dashboard(bench),

@@ -34,6 +34,7 @@ from agentops.effects import (
     register_tool,
     registry,
 )
+from devtools.bench.stats import percentile
 from devtools.process import end, free_port, spawn, wait_for_port
 from journal.protocols import Call, Decision, Finish, TaskFacts
 
@@ -168,6 +169,28 @@ def ranges_as_kept() -> dict[str, Any]:
         )
         (ranges,) = cursor.fetchone()
     return {"keep_seconds": keep or None, "ranges_per_table": ranges}
+
+
+def exchange_probe(*, times: int = 200) -> float:
+    """What one exchange with the provider that does nothing costs here, made as a step makes
+    it: the median, in µs, of ``times`` calls of the benchmark tool's own ``call`` (the
+    product's HTTP client: a kept-alive POST with its key and body, the answer read and its
+    evidence taken). Nothing is written to the journal. With the commit probe
+    (devtools.bench.floor.commit_probe) it says how much of a production step no harness
+    could save: one durable commit with its round trip, and one exchange with the provider."""
+    from journal.outcomes import Reply
+
+    tool = PayInvoice()
+    args = {"invoice": "INV-probe-0", "customer": "cus_bench", "amount": AMOUNT, "currency": "eur"}
+    prefix = f"probe-{time.time_ns()}"
+    took = []
+    for i in range(times):
+        began = time.perf_counter()
+        seen = tool.call(args, key=f"{prefix}-{i}")
+        took.append(time.perf_counter() - began)
+        if not isinstance(seen, Reply) or seen.status >= 300:
+            raise RuntimeError(f"the provider that does nothing did not answer: {seen!r}")
+    return round(percentile(took, 50) * 1e6, 1)
 
 
 def tasks_make(*, count: int, per_task: int, batch: str) -> list[str]:

@@ -46,6 +46,31 @@ TARGETS = {
 }
 
 
+def step_budget(out: dict[str, Any]) -> dict[str, float]:
+    """Where a production step's time goes, from the run's medians (µs): the whole step (the
+    inverse of its rate), what no harness could save (a durable commit with its round trip,
+    and an exchange with the provider: the probes), the rest (the harness's own work: its
+    statement's work in PostgreSQL beyond the commit, its rules and guards, the planner, the
+    checks, the telemetry, its Python), and what a step could take at each target. The parts
+    are measured apart, so they add up only as medians do."""
+    step = 1e6 / out["production_steps_per_s"]["median"]
+    commit = out["commit_probe"]["commit_us"]["median"]
+    exchange = out["exchange_probe_us"]["median"]
+    return {
+        "step": round(step, 1),
+        "commit_and_round_trip": commit,
+        "provider_exchange": exchange,
+        "harness": round(step - commit - exchange, 1),
+        "step_at_floor_target": round(
+            1e6 / (TARGETS["production_to_floor"] * out["raw_floor_steps_per_s"]["median"]), 1
+        ),
+        "step_at_dbos_target": round(
+            1e6 / (TARGETS["production_to_dbos_sequential"] * out["dbos_steps_per_s"]["median"]),
+            1,
+        ),
+    }
+
+
 def _steal_summary(shares: list[float | None]) -> dict[str, Any] | None:
     """The hypervisor's steal over the parts measured (devtools/bench/host.py): None where
     the kernel does not say."""
@@ -156,6 +181,7 @@ class Command(BaseCommand):
         steps, per_task = options["steps"], options["per_task"]
         rows: dict[str, list[float]] = {part: [] for part in PARTS}
         probes: list[floor.Probe] = []
+        exchanges: list[float] = []
         steals: list[float | None] = []
         have_dbos = peer.dbos_available()
         if not have_dbos:
@@ -181,8 +207,10 @@ class Command(BaseCommand):
                 ),
             }
             for repetition in range(options["repeat"]):
-                # What a round trip and a durable commit cost in this round, before its parts.
+                # What a round trip and a durable commit cost in this round, and an exchange
+                # with the provider, before its parts.
                 probes.append(floor.commit_probe(conn))
+                exchanges.append(production.exchange_probe())
                 steal = Steal()
                 parts = list(PARTS)
                 order.shuffle(parts)
@@ -197,7 +225,8 @@ class Command(BaseCommand):
                     f"round {repetition + 1}/{options['repeat']}: "
                     + ", ".join(f"{p} {rows[p][-1]:.0f}" for p in PARTS)
                     + f" steps/s; a round trip {probes[-1].round_trip_us:.0f} us, "
-                    f"a durable commit {probes[-1].commit_us:.0f} us"
+                    f"a durable commit {probes[-1].commit_us:.0f} us, "
+                    f"an exchange with the provider {exchanges[-1]:.0f} us"
                 )
             self._say("the cost of one step, as the server counts it")
             out["per_step"] = production.step_cost(steps=200)
@@ -211,6 +240,7 @@ class Command(BaseCommand):
             "round_trip_us": summary([p.round_trip_us for p in probes]),
             "commit_us": summary([p.commit_us for p in probes]),
         }
+        out["exchange_probe_us"] = summary(exchanges)
         out["host_steal_share"] = _steal_summary(steals)
         out["ratios"] = {
             "production_to_floor": ratio_summary(rows["production"], rows["floor"]),
@@ -221,6 +251,7 @@ class Command(BaseCommand):
                 rows["production"], rows["dbos_concurrent"]
             ),
         }
+        out["step_budget_us"] = step_budget(out)
         out["measurement"] = {
             "steps": steps,
             "per_task": per_task,
