@@ -175,13 +175,16 @@ def table_budget(run: Run) -> str:
     ]
     lines = [
         "Where a production step's time went in this run (medians, µs; the parts are measured "
-        "apart, so they add up only as medians do):",
+        "apart, so they add up only as medians do, and the targets here are the medians' "
+        "rates, not the paired ratios above, so a step can fall on the other side of one):",
         "",
         "| | µs a step |",
         "|---|---:|",
         *(f"| {label} | {_n(value)} |" for label, value in rows),
         "",
-        "The commit and the exchange are what no harness can save. At 0.5× the floor the "
+        "The commit and the exchange are what no harness can save (timed 200 at a time on "
+        "warm caches, so a step pays them at least as much, and the rest is at most the "
+        "harness's own work). At 0.5× the floor the "
         f"harness's own work could take {_n(budget['step_at_floor_target'] - fixed)} µs a "
         f"step, and at 2.5× DBOS {_n(budget['step_at_dbos_target'] - fixed)} µs; it took "
         f"{_n(budget['harness'])}.",
