@@ -196,6 +196,25 @@ def test_a_bench_run_tells_where_a_steps_time_went() -> None:
     assert "the harness's own work** (" in table and "| 900 |" in table
     assert "| a step at 2.5× DBOS sequential would take | 1,000 |" in table
     assert "could take 750 µs a step, and at 2.5× DBOS 650 µs; it took 900." in table
+    assert "The CPU a step cost" not in table  # a run that did not read it
+    with_cpu = {
+        **run,
+        "step_budget_us": {
+            **run["step_budget_us"],
+            "runner_cpu": 600.0,
+            "postgres_cpu": 700.0,
+            "provider_cpu": 80.0,
+        },
+    }
+    told = table_budget(with_cpu)
+    assert "the runner's 600 µs" in told and "PostgreSQL's 700 µs" in told
+    assert "the provider's 80 µs" in told
+    # A server elsewhere: its CPU is not said.
+    remote = {
+        **run,
+        "step_budget_us": {**run["step_budget_us"], "runner_cpu": 600.0, "provider_cpu": 80.0},
+    }
+    assert "PostgreSQL's" not in table_budget(remote)
     # A run from before the probe renders none of it.
     older = {k: v for k, v in run.items() if k != "step_budget_us"}
     assert table_budget(older) == ""

@@ -197,7 +197,7 @@ def test_the_benchmarks_exchange_probe_times_the_tools_own_call(
     from devtools.bench import production
 
     with production.noop_provider() as noop:
-        settings.BENCH_NOOP_API_BASE = noop
+        settings.BENCH_NOOP_API_BASE = noop.url
         settings.BENCH_NOOP_KEY_LIFETIME_SECONDS = 86_400.0
         assert production.exchange_probe(times=15) > 0
         settings.BENCH_NOOP_API_BASE = "http://127.0.0.1:9"  # nothing listens: it says so
@@ -218,7 +218,8 @@ def test_a_steps_budget_is_the_runs_own_medians() -> None:
         "commit_probe": {"commit_us": {"median": 200.0}},
         "exchange_probe_us": {"median": 150.0},
     }
-    assert step_budget(out) == {
+    budget = step_budget(out)
+    assert budget == {
         "step": 1250.0,
         "commit_and_round_trip": 200.0,
         "provider_exchange": 150.0,
@@ -226,3 +227,9 @@ def test_a_steps_budget_is_the_runs_own_medians() -> None:
         "step_at_floor_target": 1250.0,
         "step_at_dbos_target": 1000.0,
     }
+    # With the CPU each process spent a step, where it was read: their medians too.
+    out["production_cpu_us_per_step"] = {
+        "runner": {"median": 610.0},
+        "provider": {"median": 75.0},
+    }
+    assert step_budget(out) == {**budget, "runner_cpu": 610.0, "provider_cpu": 75.0}

@@ -189,6 +189,20 @@ def table_budget(run: Run) -> str:
         f"step, and at 2.5× DBOS {_n(budget['step_at_dbos_target'] - fixed)} µs; it took "
         f"{_n(budget['harness'])}.",
     ]
+    if "runner_cpu" in budget:
+        server = (
+            f"PostgreSQL's {_n(budget['postgres_cpu'])} µs (all its processes: the statement's "
+            "work, the commit, its background writers), "
+            if "postgres_cpu" in budget
+            else ""
+        )
+        lines[-1] += (
+            " The CPU a step cost, read from the processes in the same rounds: the runner's "
+            f"{_n(budget['runner_cpu'])} µs (the harness's Python, psycopg, the HTTP client, "
+            f"its log lines), {server}the provider's {_n(budget['provider_cpu'])} µs; the "
+            "step waits for the one while the other works, and the two cores share them with "
+            "the host's other work."
+        )
     return "\n".join(lines)
 
 

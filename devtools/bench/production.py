@@ -17,6 +17,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -120,14 +121,22 @@ def playbook(facts: TaskFacts) -> Decision:
     return Finish("paid")
 
 
+@dataclass(frozen=True)
+class NoopProvider:
+    """The provider that does nothing, running: its address and its process."""
+
+    url: str
+    pid: int
+
+
 @contextlib.contextmanager
-def noop_provider() -> Iterator[str]:
-    """The provider that does nothing, in a process of its own, as its address."""
+def noop_provider() -> Iterator[NoopProvider]:
+    """The provider that does nothing, in a process of its own."""
     port = free_port()
     proc = spawn([sys.executable, "-m", "devtools.bench.noop_server", str(port)], env=None)
     try:
         wait_for_port(port, what="the no-op provider", timeout=15, proc=proc)
-        yield f"http://127.0.0.1:{port}"
+        yield NoopProvider(url=f"http://127.0.0.1:{port}", pid=proc.pid)
     finally:
         end(proc, timeout=5)
 

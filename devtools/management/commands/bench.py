@@ -26,12 +26,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from agentops.dbroles import OWNER_ALIAS
-from devtools.bench import dashboard, e2e, floor, peer, production, soak
+from devtools.bench import dashboard, e2e, floor, peer, procs, production, soak
 from devtools.bench.host import Steal
 from devtools.bench.machine import code, machine
 from devtools.bench.stats import percentile, ratio_summary, summary
@@ -51,12 +52,18 @@ def step_budget(out: dict[str, Any]) -> dict[str, float]:
     inverse of its rate), what no harness could save (a durable commit with its round trip,
     and an exchange with the provider: the probes), the rest (the harness's own work: its
     statement's work in PostgreSQL beyond the commit, its rules and guards, the planner, the
-    checks, the telemetry, its Python), and what a step could take at each target. The parts
-    are measured apart, so they add up only as medians do."""
+    checks, the telemetry, its Python), what a step could take at each target, and the CPU
+    each process spent a step, where it was read. The parts are measured apart, so they add
+    up only as medians do."""
     step = 1e6 / out["production_steps_per_s"]["median"]
     commit = out["commit_probe"]["commit_us"]["median"]
     exchange = out["exchange_probe_us"]["median"]
+    cpu = {
+        f"{role}_cpu": figures["median"]
+        for role, figures in out.get("production_cpu_us_per_step", {}).items()
+    }
     return {
+        **cpu,
         "step": round(step, 1),
         "commit_and_round_trip": commit,
         "provider_exchange": exchange,
@@ -69,6 +76,19 @@ def step_budget(out: dict[str, Any]) -> dict[str, float]:
             1,
         ),
     }
+
+
+def _production_roles(provider: int) -> procs.Roles:
+    """The processes a production step runs in: this one, the provider's and, when it runs
+    on this machine, PostgreSQL's."""
+    roles = procs.Roles()
+    roles.add("runner", [os.getpid()])
+    roles.add("provider", [provider])
+    with contextlib.suppress(psutil.Error):  # a server elsewhere: its CPU is not ours to read
+        postmaster = procs.postmaster_pid()
+        if psutil.Process(postmaster).name().startswith("postgres"):
+            roles.add("postgres", [postmaster])
+    return roles
 
 
 def _steal_summary(shares: list[float | None]) -> dict[str, Any] | None:
@@ -182,6 +202,8 @@ class Command(BaseCommand):
         rows: dict[str, list[float]] = {part: [] for part in PARTS}
         probes: list[floor.Probe] = []
         exchanges: list[float] = []
+        # CPU a production step, by process, each round (µs): where the server runs here.
+        cpu: dict[str, list[float]] = {"runner": [], "postgres": [], "provider": []}
         steals: list[float | None] = []
         have_dbos = peer.dbos_available()
         if not have_dbos:
@@ -190,7 +212,8 @@ class Command(BaseCommand):
         out: dict[str, Any] = {}
         out["journal_ranges"] = production.ranges_as_kept()
         with production.noop_provider() as noop:
-            production.install(noop)
+            production.install(noop.url)
+            roles = _production_roles(noop.pid)
             production.run(production.tasks_make(count=3, per_task=per_task, batch="warm"))
             conn = floor.connect(_owner_url())
             floor.setup(conn)
@@ -200,10 +223,13 @@ class Command(BaseCommand):
                 "floor": lambda r: floor.floor_seconds(
                     conn, steps=steps, per_task=per_task, like=like
                 ),
-                "production": lambda r: production.run(
+                "production": lambda r: self._production(
                     production.tasks_make(
                         count=max(1, steps // per_task), per_task=per_task, batch=f"r{r}"
-                    )
+                    ),
+                    steps=max(1, steps // per_task) * per_task,
+                    roles=roles,
+                    cpu=cpu,
                 ),
             }
             for repetition in range(options["repeat"]):
@@ -241,6 +267,9 @@ class Command(BaseCommand):
             "commit_us": summary([p.commit_us for p in probes]),
         }
         out["exchange_probe_us"] = summary(exchanges)
+        out["production_cpu_us_per_step"] = {
+            role: summary(values) for role, values in cpu.items() if values
+        }
         out["host_steal_share"] = _steal_summary(steals)
         out["ratios"] = {
             "production_to_floor": ratio_summary(rows["production"], rows["floor"]),
@@ -268,6 +297,24 @@ class Command(BaseCommand):
             out["dashboard_ms"] = self._dashboard(options)
         out["targets"] = _targets(out)
         return out
+
+    def _production(
+        self,
+        task_ids: list[str],
+        *,
+        steps: int,
+        roles: procs.Roles,
+        cpu: dict[str, list[float]],
+    ) -> float:
+        """Seconds to run the tasks (production.run), and the CPU each process spent a step
+        meanwhile added to ``cpu``: this one (the runner), PostgreSQL's (all of its
+        processes, when it runs on this machine) and the provider's."""
+        before = roles.cpu_seconds()
+        seconds = production.run(task_ids)
+        spent = procs.deltas(roles.cpu_seconds(), before)
+        for role, value in spent.items():
+            cpu[role].append(round(value * 1e6 / steps, 1))
+        return seconds
 
     def _dbos(self, mode: str, steps: int) -> float:
         proc = subprocess.run(  # noqa: S603 - the peer's part, in a process of its own
