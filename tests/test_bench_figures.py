@@ -177,44 +177,50 @@ def test_a_bench_run_tells_how_its_production_path_logged() -> None:
 
 
 def test_a_bench_run_tells_where_a_steps_time_went() -> None:
-    """Beside the ratios: the step, what no harness could save (the two probes), the rest, and
-    the harness's share each target would leave, all from the run's own file."""
+    """Beside the ratios: the step, the two things every step makes at their cheapest (the
+    probes), the rest (an upper bound of the harness's own work), the harness's share each
+    target would leave, and the CPU each process spent, all from the run's own file."""
     bench, _ = runs_load()
-    run = {
-        **bench,
-        "step_budget_us": {
-            "step": 1250.0,
-            "commit_and_round_trip": 200.0,
-            "provider_exchange": 150.0,
-            "harness": 900.0,
-            "step_at_floor_target": 1100.0,
-            "step_at_dbos_target": 1000.0,
-        },
+    budget = {
+        "step": 1250.0,
+        "commit_and_round_trip": 200.0,
+        "provider_exchange": 150.0,
+        "harness": 900.0,
+        "step_at_floor_target": 1100.0,
+        "step_at_dbos_target": 1000.0,
     }
+    run = {**bench, "step_budget_us": budget}
     table = table_budget(run)
     assert "| a step of the production path (the inverse of its median rate) | 1,250 |" in table
-    assert "the harness's own work** (" in table and "| 900 |" in table
+    assert "**the rest**, which the harness's own work is at most" in table and "| 900 |" in table
     assert "| a step at 2.5× DBOS sequential would take | 1,000 |" in table
-    assert "could take 750 µs a step, and at 2.5× DBOS 650 µs; it took 900." in table
+    assert "could take 750 µs a step, and at 2.5× DBOS 650 µs; it took at most 900 µs." in table
     assert "The CPU a step cost" not in table  # a run that did not read it
+    # A target the commit and the exchange alone exceed leaves the harness nothing.
+    tight = {**run, "step_budget_us": {**budget, "step_at_dbos_target": 300.0}}
+    assert "and at 2.5× DBOS nothing;" in table_budget(tight)
+    cores = bench["machine"]["cores"]
     with_cpu = {
         **run,
+        "production_cpu_us_per_step": {"tick_us_per_step": 5.0},
         "step_budget_us": {
-            **run["step_budget_us"],
-            "runner_cpu": 600.0,
-            "postgres_cpu": 700.0,
-            "provider_cpu": 80.0,
+            **budget,
+            "runner_cpu": 603.0,
+            "postgres_cpu": 698.0,
+            "provider_cpu": 82.0,
         },
     }
     told = table_budget(with_cpu)
+    assert "each good to 5 µs" in told
     assert "the runner's 600 µs" in told and "PostgreSQL's 700 µs" in told
-    assert "the provider's 80 µs" in told
-    # A server elsewhere: its CPU is not said.
+    assert "the provider's 80 µs" in told and f"the machine's {cores} cores" in told
+    # A server elsewhere: its CPU is not said, and why.
     remote = {
         **run,
-        "step_budget_us": {**run["step_budget_us"], "runner_cpu": 600.0, "provider_cpu": 80.0},
+        "production_cpu_us_per_step": {"postgres_not_read": "the server runs elsewhere"},
+        "step_budget_us": {**budget, "runner_cpu": 600.0, "provider_cpu": 80.0},
     }
-    assert "PostgreSQL's" not in table_budget(remote)
+    assert "PostgreSQL's not read (the server runs elsewhere)" in table_budget(remote)
     # A run from before the probe renders none of it.
     older = {k: v for k, v in run.items() if k != "step_budget_us"}
     assert table_budget(older) == ""

@@ -14,6 +14,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -190,16 +191,41 @@ def test_the_benchmarks_own_lines_go_to_a_file_kept_only_when_it_fails(
 
 
 def test_the_benchmarks_exchange_probe_times_the_tools_own_call(
-    settings: Any,
+    settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The probe the benchmark reports beside the commit probe: each timed call is the bench
-    tool's own, an exchange with the provider that does nothing, which answers every one."""
+    """The probe the benchmark reports beside the commit probe: each timed stretch is one call
+    of the bench tool's own, an exchange with the provider that does nothing (which answers
+    every one, each key its own object), and the figure is their median in µs."""
     from devtools.bench import production
+
+    calls: list[str] = []
+    returned = [False]  # a call has just returned: the next reading of the clock ends it
+    real_call = production.PayInvoice.call
+
+    def counted(self: Any, args: Any, *, key: str) -> Any:
+        seen = real_call(self, args, key=key)
+        calls.append(key)
+        returned[0] = True
+        return seen
+
+    monkeypatch.setattr(production.PayInvoice, "call", counted)
+    # A clock that says each call took 100, 400 or 200 µs in turn: the median is 200 (the mean 233).
+    took = iter([100e-6, 400e-6, 200e-6] * 5)
+    now = [0.0]
+
+    def clock() -> float:
+        if returned[0]:
+            returned[0] = False
+            now[0] += next(took)
+        return now[0]
 
     with production.noop_provider() as noop:
         settings.BENCH_NOOP_API_BASE = noop.url
         settings.BENCH_NOOP_KEY_LIFETIME_SECONDS = 86_400.0
-        assert production.exchange_probe(times=15) > 0
+        monkeypatch.setattr(time, "perf_counter", clock)
+        assert production.exchange_probe(times=15) == 200.0
+        assert len(calls) == len(set(calls)) == 15
+        monkeypatch.undo()
         settings.BENCH_NOOP_API_BASE = "http://127.0.0.1:9"  # nothing listens: it says so
         with pytest.raises(RuntimeError, match="did not answer"):
             production.exchange_probe(times=1)
@@ -207,16 +233,21 @@ def test_the_benchmarks_exchange_probe_times_the_tools_own_call(
 
 def test_a_steps_budget_is_the_runs_own_medians() -> None:
     """What the README says of where a step's time went is arithmetic on the run's medians:
-    the step is its rate's inverse, the harness the rest after the two probes, and each target
-    the step it would allow."""
+    the step is its rate's inverse, the rest what is left after the two probes, and each
+    target's step this one scaled by the paired ratio over the target (so it lies on the side
+    of the target that the verdict does)."""
     from devtools.management.commands.bench import step_budget
 
-    out = {
+    out: dict[str, Any] = {
         "production_steps_per_s": {"median": 800.0},
-        "raw_floor_steps_per_s": {"median": 1600.0},
+        "raw_floor_steps_per_s": {"median": 1700.0},
         "dbos_steps_per_s": {"median": 400.0},
         "commit_probe": {"commit_us": {"median": 200.0}},
         "exchange_probe_us": {"median": 150.0},
+        "ratios": {
+            "production_to_floor": {"median": 0.4},
+            "production_to_dbos_sequential": {"median": 2.25},
+        },
     }
     budget = step_budget(out)
     assert budget == {
@@ -224,12 +255,41 @@ def test_a_steps_budget_is_the_runs_own_medians() -> None:
         "commit_and_round_trip": 200.0,
         "provider_exchange": 150.0,
         "harness": 900.0,
-        "step_at_floor_target": 1250.0,
-        "step_at_dbos_target": 1000.0,
+        "step_at_floor_target": 1000.0,  # 1250 x 0.4 / 0.5: a faster step would meet it
+        "step_at_dbos_target": 1125.0,  # 1250 x 2.25 / 2.5
     }
     # With the CPU each process spent a step, where it was read: their medians too.
     out["production_cpu_us_per_step"] = {
         "runner": {"median": 610.0},
         "provider": {"median": 75.0},
+        "tick_us_per_step": 5.0,
+        "postgres_not_read": "the server runs elsewhere",
     }
     assert step_budget(out) == {**budget, "runner_cpu": 610.0, "provider_cpu": 75.0}
+
+
+@pytest.mark.usefixtures("committed")
+def test_the_benchmark_reads_the_servers_cpu_only_from_its_own_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PostgreSQL's CPU a step is read from the server's processes only when they are the
+    server's (started when it says it started), and a step's CPU is each process's over the
+    steps run; a pid that names another process here is not read, and says why."""
+    from devtools.bench import procs, production
+    from devtools.management.commands import bench
+
+    roles, unread = bench._production_roles(os.getpid())
+    assert unread is None and set(roles.pids) == {"runner", "provider", "postgres"}
+
+    monkeypatch.setattr(procs, "postmaster_pid", lambda: os.getpid())  # not the server
+    roles, unread = bench._production_roles(os.getpid())
+    assert unread is not None and "elsewhere" in unread
+    assert set(roles.pids) == {"runner", "provider"}
+
+    spent = iter([{"runner": 1.0, "provider": 0.5}, {"runner": 1.2, "provider": 0.54}])
+    monkeypatch.setattr(roles, "cpu_seconds", lambda: next(spent))
+    monkeypatch.setattr(production, "run", lambda ids: 3.0)
+    cpu: dict[str, list[float]] = {"runner": [], "postgres": [], "provider": []}
+    seconds = bench.Command()._production(["t"] * 20, steps=400, roles=roles, cpu=cpu)
+    assert seconds == 3.0
+    assert cpu == {"runner": [500.0], "postgres": [], "provider": [100.0]}

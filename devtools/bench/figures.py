@@ -146,9 +146,14 @@ def table_ratios(run: Run) -> str:
     return "\n".join(lines)
 
 
+def _allowed(value: float) -> str:
+    return f"{_n(value)} µs" if value > 0 else "nothing"
+
+
 def table_budget(run: Run) -> str:
-    """Where a production step's time went (bench.step_budget): what no harness could save,
-    and the harness's own work, beside what a step could take at each target."""
+    """Where a production step's time went (bench.step_budget): the commit and the exchange
+    every step makes, at their cheapest here; the rest, which the harness's own work is at
+    most; the step each target would allow; and the CPU each process spent a step."""
     budget = run.get("step_budget_us")
     if budget is None:
         return ""
@@ -156,18 +161,18 @@ def table_budget(run: Run) -> str:
     rows = [
         ("a step of the production path (the inverse of its median rate)", budget["step"]),
         (
-            "one durable commit with its round trip (the commit probe above)",
+            "a minimal durable commit with its round trip (the commit probe above)",
             budget["commit_and_round_trip"],
         ),
         (
-            "one exchange with the provider that does nothing (the tool's own call, 200 a "
-            "round, nothing written)",
+            "one exchange with the provider that does nothing, as the tool's own client makes "
+            "it (200 a round, nothing written)",
             budget["provider_exchange"],
         ),
         (
-            "**the rest: the harness's own work** (its statement's work in PostgreSQL beyond "
-            "the commit — the rules, guards and claims —, the lease and per-task statements, "
-            "the planner, the checks, the telemetry, its Python)",
+            "**the rest**, which the harness's own work is at most (its statement's work in "
+            "PostgreSQL beyond a minimal commit — the lease, rules, guards, claims and entries "
+            "—, its per-task statements, the planner, the checks, the telemetry, its Python)",
             budget["harness"],
         ),
         ("a step at 0.5× the floor would take", budget["step_at_floor_target"]),
@@ -175,33 +180,44 @@ def table_budget(run: Run) -> str:
     ]
     lines = [
         "Where a production step's time went in this run (medians, µs; the parts are measured "
-        "apart, so they add up only as medians do, and the targets here are the medians' "
-        "rates, not the paired ratios above, so a step can fall on the other side of one):",
+        "apart, so they add up only as medians do; a target's step is this step scaled by the "
+        "paired ratio above over the target):",
         "",
         "| | µs a step |",
         "|---|---:|",
         *(f"| {label} | {_n(value)} |" for label, value in rows),
         "",
-        "The commit and the exchange are what no harness can save (timed 200 at a time on "
-        "warm caches, so a step pays them at least as much, and the rest is at most the "
-        "harness's own work). At 0.5× the floor the "
-        f"harness's own work could take {_n(budget['step_at_floor_target'] - fixed)} µs a "
-        f"step, and at 2.5× DBOS {_n(budget['step_at_dbos_target'] - fixed)} µs; it took "
-        f"{_n(budget['harness'])}.",
+        "Every step makes a durable commit and an exchange with its provider; the probes time "
+        "them at their cheapest here (200 at a time, on warm caches), so a step pays them at "
+        "least as much and the harness's own work is at most the rest. At 0.5× the floor it "
+        f"could take {_allowed(budget['step_at_floor_target'] - fixed)} a step, and at 2.5× "
+        f"DBOS {_allowed(budget['step_at_dbos_target'] - fixed)}; it took at most "
+        f"{_n(budget['harness'])} µs.",
     ]
+    cpu = run.get("production_cpu_us_per_step") or {}
     if "runner_cpu" in budget:
-        server = (
-            f"PostgreSQL's {_n(budget['postgres_cpu'])} µs (all its processes: the statement's "
-            "work, the commit, its background writers), "
-            if "postgres_cpu" in budget
-            else ""
-        )
+
+        def tens(value: float) -> str:
+            return _n(round(value, -1))
+
+        if "postgres_cpu" in budget:
+            server = (
+                f"PostgreSQL's {tens(budget['postgres_cpu'])} µs (all its processes while the "
+                "production path ran: the statements' work and commits, and whatever the "
+                "server did meanwhile in the background), "
+            )
+        else:
+            why = cpu.get("postgres_not_read") or "not read"
+            server = f"PostgreSQL's not read ({why}), "
+        tick = cpu.get("tick_us_per_step")
+        good = f", each good to {_n(tick)} µs: psutil reads the kernel's ticks" if tick else ""
         lines[-1] += (
-            " The CPU a step cost, read from the processes in the same rounds: the runner's "
-            f"{_n(budget['runner_cpu'])} µs (the harness's Python, psycopg, the HTTP client, "
-            f"its log lines), {server}the provider's {_n(budget['provider_cpu'])} µs; the "
-            "step waits for the one while the other works, and the two cores share them with "
-            "the host's other work."
+            " The CPU a step cost, read from the processes in the same rounds (to 10 µs"
+            f"{good}): the runner's {tens(budget['runner_cpu'])} µs (the harness's Python, "
+            f"psycopg, the HTTP client, its log lines), {server}the provider's "
+            f"{tens(budget['provider_cpu'])} µs; the step waits for one while another works, "
+            f"and the machine's {run['machine']['cores']} cores share them with the host's "
+            "other work."
         )
     return "\n".join(lines)
 

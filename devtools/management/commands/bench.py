@@ -47,20 +47,24 @@ TARGETS = {
 }
 
 
-def step_budget(out: dict[str, Any]) -> dict[str, float]:
+def step_budget(out: dict[str, Any]) -> dict[str, Any]:
     """Where a production step's time goes, from the run's medians (µs): the whole step (the
-    inverse of its rate), what no harness could save (a durable commit with its round trip,
-    and an exchange with the provider: the probes), the rest (the harness's own work: its
-    statement's work in PostgreSQL beyond the commit, its rules and guards, the planner, the
-    checks, the telemetry, its Python), what a step could take at each target, and the CPU
-    each process spent a step, where it was read. The parts are measured apart, so they add
-    up only as medians do."""
+    inverse of its rate); the two things every step makes, at their cheapest here (a minimal
+    durable commit with its round trip, and one exchange with the provider as the tool's own
+    client makes it: the probes); the rest, which the harness's own work is at most (its
+    statement's work in PostgreSQL beyond a minimal commit, its rules and guards, the
+    planner, the checks, the telemetry, its Python); the step each target would allow (this
+    step scaled by the paired ratio's median over the target, so it falls on the side of the
+    target the verdict does); and the CPU each process spent a step, where it was read. The
+    parts are measured apart, so they add up only as medians do."""
     step = 1e6 / out["production_steps_per_s"]["median"]
     commit = out["commit_probe"]["commit_us"]["median"]
     exchange = out["exchange_probe_us"]["median"]
+    ratios = out["ratios"]
     cpu = {
         f"{role}_cpu": figures["median"]
         for role, figures in out.get("production_cpu_us_per_step", {}).items()
+        if isinstance(figures, dict) and "median" in figures
     }
     return {
         **cpu,
@@ -69,26 +73,40 @@ def step_budget(out: dict[str, Any]) -> dict[str, float]:
         "provider_exchange": exchange,
         "harness": round(step - commit - exchange, 1),
         "step_at_floor_target": round(
-            1e6 / (TARGETS["production_to_floor"] * out["raw_floor_steps_per_s"]["median"]), 1
+            step * ratios["production_to_floor"]["median"] / TARGETS["production_to_floor"], 1
         ),
         "step_at_dbos_target": round(
-            1e6 / (TARGETS["production_to_dbos_sequential"] * out["dbos_steps_per_s"]["median"]),
+            step
+            * ratios["production_to_dbos_sequential"]["median"]
+            / TARGETS["production_to_dbos_sequential"],
             1,
         ),
     }
 
 
-def _production_roles(provider: int) -> procs.Roles:
-    """The processes a production step runs in: this one, the provider's and, when it runs
-    on this machine, PostgreSQL's."""
+def _production_roles(provider: int) -> tuple[procs.Roles, str | None]:
+    """The processes a production step runs in: this one, the provider's and PostgreSQL's,
+    with why PostgreSQL's are not among them when they are not (None when they are): a
+    server elsewhere (or in a container: its backend's pid names another process here, or
+    none), or one whose processes this user may not read."""
     roles = procs.Roles()
     roles.add("runner", [os.getpid()])
     roles.add("provider", [provider])
-    with contextlib.suppress(psutil.Error):  # a server elsewhere: its CPU is not ours to read
+    try:
         postmaster = procs.postmaster_pid()
-        if psutil.Process(postmaster).name().startswith("postgres"):
-            roles.add("postgres", [postmaster])
-    return roles
+        server = psutil.Process(postmaster)
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT extract(epoch FROM pg_postmaster_start_time())")
+            started = float(cursor.fetchone()[0])
+        if not server.name().startswith("postgres") or abs(server.create_time() - started) > 1:
+            return roles, "the server runs elsewhere (its backend's pid is another process here)"
+        server.cpu_times()
+    except psutil.AccessDenied:
+        return roles, "this user may not read the server's processes"
+    except psutil.Error:
+        return roles, "the server runs elsewhere"
+    roles.add("postgres", [postmaster])
+    return roles, None
 
 
 def _steal_summary(shares: list[float | None]) -> dict[str, Any] | None:
@@ -213,7 +231,7 @@ class Command(BaseCommand):
         out["journal_ranges"] = production.ranges_as_kept()
         with production.noop_provider() as noop:
             production.install(noop.url)
-            roles = _production_roles(noop.pid)
+            roles, postgres_unread = _production_roles(noop.pid)
             production.run(production.tasks_make(count=3, per_task=per_task, batch="warm"))
             conn = floor.connect(_owner_url())
             floor.setup(conn)
@@ -268,7 +286,12 @@ class Command(BaseCommand):
         }
         out["exchange_probe_us"] = summary(exchanges)
         out["production_cpu_us_per_step"] = {
-            role: summary(values) for role, values in cpu.items() if values
+            **{role: summary(values) for role, values in cpu.items() if values},
+            # psutil reads CPU in the kernel's ticks: a figure a step is good to this much.
+            "tick_us_per_step": round(
+                1e6 / os.sysconf("SC_CLK_TCK") / (max(1, steps // per_task) * per_task), 1
+            ),
+            **({"postgres_not_read": postgres_unread} if postgres_unread else {}),
         }
         out["host_steal_share"] = _steal_summary(steals)
         out["ratios"] = {
