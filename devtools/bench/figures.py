@@ -73,8 +73,6 @@ def table_paths(run: Run) -> str:
     held = ""
     if ranges is not None:
         keep = ranges.get("keep_seconds")
-        if keep is None and ranges.get("keep_days") is not None:
-            keep = ranges["keep_days"] * 86_400
         kept = (
             f"as a deployment that keeps it {_duration(keep)} holds them"
             if keep

@@ -217,6 +217,8 @@ class Command(BaseCommand):
 
     def _measure(self, options: dict[str, Any]) -> dict[str, Any]:
         steps, per_task = options["steps"], options["per_task"]
+        tasks = max(1, steps // per_task)
+        measured = tasks * per_task  # the steps a round's floor and production path run
         rows: dict[str, list[float]] = {part: [] for part in PARTS}
         probes: list[floor.Probe] = []
         exchanges: list[float] = []
@@ -242,10 +244,8 @@ class Command(BaseCommand):
                     conn, steps=steps, per_task=per_task, like=like
                 ),
                 "production": lambda r: self._production(
-                    production.tasks_make(
-                        count=max(1, steps // per_task), per_task=per_task, batch=f"r{r}"
-                    ),
-                    steps=max(1, steps // per_task) * per_task,
+                    production.tasks_make(count=tasks, per_task=per_task, batch=f"r{r}"),
+                    steps=measured,
                     roles=roles,
                     cpu=cpu,
                 ),
@@ -262,7 +262,7 @@ class Command(BaseCommand):
                     if part.startswith("dbos"):
                         rate = self._dbos(part.removeprefix("dbos_"), steps)
                     else:
-                        rate = max(1, steps // per_task) * per_task / measure[part](repetition)
+                        rate = measured / measure[part](repetition)
                     rows[part].append(rate)
                 steals.append(steal.share())
                 self._say(
@@ -288,9 +288,7 @@ class Command(BaseCommand):
         out["production_cpu_us_per_step"] = {
             **{role: summary(values) for role, values in cpu.items() if values},
             # psutil reads CPU in the kernel's ticks: a figure a step is good to this much.
-            "tick_us_per_step": round(
-                1e6 / os.sysconf("SC_CLK_TCK") / (max(1, steps // per_task) * per_task), 1
-            ),
+            "tick_us_per_step": round(1e6 / os.sysconf("SC_CLK_TCK") / measured, 1),
             **({"postgres_not_read": postgres_unread} if postgres_unread else {}),
         }
         out["host_steal_share"] = _steal_summary(steals)
