@@ -227,6 +227,11 @@ Move = (
 # --- The decision ---------------------------------------------------------------------------
 
 
+def _live(count: int, step: StepFact) -> int:
+    """How many steps are pending or unknown, with ``step``."""
+    return count + (step.state in LIVE_STATES)
+
+
 def next_move(
     *,
     task: TaskRow,
@@ -255,7 +260,7 @@ def next_move(
         if task.wake_at is not None and task.wake_at > now:
             return Stop("waiting")
         return WakeUp()
-    opened = ask.open_step() if any(s.state in LIVE_STATES for s in facts.steps) else None
+    opened = ask.open_step() if facts.fold("live", _live, 0) else None
     if opened is not None:
         # A pending step seen by a new lease holder was abandoned by a dead runner: it is
         # unknown, and reconciled at once. An unknown one waits for its lookup time. A saga

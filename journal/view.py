@@ -8,7 +8,7 @@ between, and it reads the task again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -102,6 +102,6 @@ class View:
             undo_tool=step.undo_tool,
             misconfigured=bool(outcome.data.get("misconfigured")),
         )
-        self.facts = replace(self.facts, steps=[*self.facts.steps, fact])
+        self.facts = self.facts.appended(fact)
         self.task.step_count = step.n
         return self

@@ -494,16 +494,20 @@ class KindRules:
 
 def money_committed(facts: TaskFacts, currency: str, tools: Mapping[str, Tool]) -> int:
     """Minor units of ``currency`` the task has moved or may have moved (done, in flight or
-    unknown, not undone), over every tool that declares its money."""
-    total = 0
-    for step in facts.steps:
-        tool = tools.get(step.tool)
-        money = tool.money if tool is not None else None
+    unknown, not undone), over every tool that declares its money. Asked before every call
+    that moves money, so it is folded (:meth:`TaskFacts.fold`): a step adds its own amount,
+    not the whole task's again."""
+    moves = tuple(sorted((name, t.money) for name, t in tools.items() if t.money is not None))
+
+    def add(total: int, step: StepFact) -> int:
+        money = next((m for name, m in moves if name == step.tool), None)
         if money is None or step.offset:
-            continue
+            return total
         if step.state not in (StepState.DONE, StepState.PENDING, StepState.UNKNOWN):
-            continue
+            return total
         amount = step.args.get(money.amount)
         if step.args.get(money.currency) == currency and isinstance(amount, int):
-            total += amount
-    return total
+            return total + amount
+        return total
+
+    return facts.fold(("money_committed", currency, moves), add, 0)

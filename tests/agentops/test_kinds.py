@@ -10,6 +10,7 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from agentops.checks import lease_outlasts_tool_calls, sweeper_finds_dead_runs_by_the_lease
+from agentops.effects import money_committed
 from agentops.kinds import KindRules, kind_get
 from agentops.money import money_text
 from agentops.tools import tool_registry
@@ -100,3 +101,41 @@ def test_amounts_are_shown_in_units_people_read() -> None:
     assert money_text(420000, "usd") == "4,200.00 USD"
     assert money_text(5, "eur") == "0.05 EUR"
     assert money_text(5000, "jpy") == "5,000 JPY"  # no minor unit
+
+
+class Counted(StepFact):
+    """A step that counts how often its tool is read: how many steps a question looked at."""
+
+    reads = 0
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "tool":
+            type(self).reads += 1
+        return super().__getattribute__(name)
+
+
+def test_the_money_committed_is_read_from_each_step_once_as_the_task_grows() -> None:
+    """The cap is checked before every call that moves money: the sum over the task's steps
+    is carried from step to step, so a task's thousandth step costs what its first did."""
+    charge = tool_registry()["charge_customer"]
+    tools = {"charge_customer": charge}
+    history = TaskFacts(task_id="t", kind="trip", goal="g", refs={}, steps=[])
+    Counted.reads = 0
+    expected = 0
+    for i in range(400):
+        state = (StepState.DONE, StepState.NOT_DONE, StepState.UNKNOWN, StepState.PENDING)[i % 4]
+        fact = Counted(
+            n=i + 1,
+            tool="charge_customer",
+            args={"invoice": f"I-{i}", "amount": i, "currency": ("usd", "eur")[i % 5 == 0]},
+            state=state,
+            detail="",
+            key=f"k{i}",
+        )
+        history = history.appended(fact)
+        if state != StepState.NOT_DONE and i % 5 != 0:
+            expected += i
+        assert money_committed(history, "usd", tools) == expected
+    assert Counted.reads == 400  # asked at every step, each step read once (not 80,200 times)
+    again = TaskFacts(task_id="t", kind="trip", goal="g", refs={}, steps=list(history.steps))
+    assert money_committed(again, "usd", tools) == expected
