@@ -17,6 +17,7 @@ from devtools.bench.figures import (
     table_e2e,
     table_paths,
     table_ratios,
+    table_step,
 )
 from devtools.bench.stats import soak_drift
 
@@ -222,3 +223,12 @@ def test_a_bench_run_tells_where_a_steps_time_went() -> None:
     # A run from before the probe renders none of it.
     older = {k: v for k, v in run.items() if k != "step_budget_us"}
     assert table_budget(older) == ""
+
+
+def test_a_steps_cpu_near_its_tasks_start_and_end_is_shown_when_measured() -> None:
+    bench, _ = runs_load()
+    per = {k: v for k, v in bench["per_step"].items() if k != "runner_cpu_us"}
+    assert "runner's CPU" not in table_step({**bench, "per_step": per})  # measured before it was
+    grown = {**per, "runner_cpu_us": {"window": 40, "tasks": 5, "first": 812.4, "last": 1530.0}}
+    row = next(r for r in table_step({**bench, "per_step": grown}).splitlines() if "CPU" in r)
+    assert row.endswith("| 812 | 1,530 |") and "median of 40 steps" in row

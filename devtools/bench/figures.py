@@ -229,12 +229,23 @@ def table_step(run: Run) -> str:
             "|---|---:|---:|",
             f"| round trips | {per['step_2']['round_trips']} | {per[last]['round_trips']} |",
             f"| commits | {per['step_2']['commits']} | {per[last]['commits']} |",
+            *_cpu_by_position(per.get("runner_cpu_us"), last),
             "",
             f"WAL per step {_n(per['wal_bytes_per_step'])} bytes; "
             f"{per['hot_update_share']:.0%} of the {per['step_updates']} settlements of the "
             "steps were HOT updates.",
         ]
     )
+
+
+def _cpu_by_position(cpu: Mapping[str, Any] | None, last: str) -> list[str]:
+    if not cpu:
+        return []  # a run from before it was measured
+    return [
+        f"| the runner's CPU a step, µs (median of {cpu['window']} steps from step 3, and "
+        f"of the last {cpu['window']}; of {cpu['tasks']} tasks) | {_n(cpu['first'])} | "
+        f"{_n(cpu['last'])} |"
+    ]
 
 
 ROLES = ("worker", "postgres", "bench", "payments", "mail", "redis")

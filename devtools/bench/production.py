@@ -262,4 +262,34 @@ def step_cost(*, steps: int = 200) -> dict[str, Any]:
         "wal_bytes_per_step": round(whole.wal_bytes / steps, 1),
         "step_updates": whole.step_updates,
         "hot_update_share": round(whole.step_hot_updates / max(1, whole.step_updates), 3),
+        "runner_cpu_us": runner_cpu_by_position(steps=steps),
+    }
+
+
+def runner_cpu_by_position(*, steps: int = 200, window: int = 40, tasks: int = 5) -> dict[str, Any]:
+    """The runner's CPU a step (µs) near the start of a ``steps``-step task and at its end:
+    whether a step costs more as its task grows (the facts the runner keeps, the checks made
+    before every call), which the server's counters cannot see. Each of ``tasks`` tasks, with
+    nothing else measured, gives the median over ``window`` steps from its third, and over
+    its last ``window``; the figures are the medians of those, the host's passing slowness
+    being larger than one step."""
+    global on_decide
+    firsts, lasts = [], []
+    for task_id in tasks_make(count=tasks, per_task=steps, batch=f"cpu-{time.time_ns()}"):
+        cpu: list[float] = []
+        on_decide = lambda n: cpu.append(time.process_time())  # noqa: B023, E731
+        try:
+            run([task_id])
+        finally:
+            on_decide = None
+        # cpu[n] is read as the decision after n steps is asked for: cpu[n+1] - cpu[n] is
+        # step n+1
+        per_step = [(b - a) * 1e6 for a, b in zip(cpu, cpu[1:], strict=False)]
+        firsts.append(percentile(per_step[1 : 1 + window], 50))
+        lasts.append(percentile(per_step[-window:], 50))
+    return {
+        "window": window,
+        "tasks": tasks,
+        "first": round(percentile(firsts, 50), 1),
+        "last": round(percentile(lasts, 50), 1),
     }
