@@ -353,16 +353,10 @@ def step_record(
         trusted=trusted.total_seconds(),
         lookup=(tool.key_lifetime + tool.lookup_lag).total_seconds(),
         key=undo_key(undo_of.key, retries) if undo_of is not None else None,
-        entry=json.dumps(
-            {
-                "tool": tool.name,
-                "args": args,
-                "guard": guard,
-                "once": once,
-                "offsets": offsets,
-                "retry": retries,
-            }
-        ),
+        # The step's row holds what was decided, frozen (its tool, arguments, object, once,
+        # undo link, retries): its entry says only that it was recorded, with its key and its
+        # first attempt (journal_record adds them), not all of that a second time.
+        entry="{}",
     )
     try:
         # One statement, so one round trip and its own commit (a savepoint inside a caller's
