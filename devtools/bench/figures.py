@@ -242,7 +242,7 @@ def _cpu_by_position(cpu: Mapping[str, Any] | None, last: str) -> list[str]:
     if not cpu:
         return []  # a run from before it was measured
     return [
-        f"| the runner's CPU a step, µs (median of {cpu['window']} steps from step 3, and "
+        f"| the runner's CPU a step, µs (median of {cpu['window']} steps from step 2, and "
         f"of the last {cpu['window']}; of {cpu['tasks']} tasks) | {_n(cpu['first'])} | "
         f"{_n(cpu['last'])} |"
     ]
