@@ -245,8 +245,8 @@ class TaskFacts:
     def fold(self, name: Hashable, add: Callable[[T, StepFact], T], start: T) -> T:
         """``add`` folded over the steps in order from ``start``, for a question asked at
         every step (how much money is committed, whether any step is live): remembered under
-        ``name``, so facts made by :meth:`appended` fold only the steps added since, and a
-        step costs the same at the thousandth step as at the first. ``name`` must say
+        ``name``, so facts made by :meth:`appended` fold only the steps added since, and the
+        question costs the thousandth step what it cost the first. ``name`` must say
         everything ``add`` and ``start`` depend on."""
         n, found = self._folds.get(name, (0, start))
         acc: T = found

@@ -229,23 +229,23 @@ def table_step(run: Run) -> str:
             "|---|---:|---:|",
             f"| round trips | {per['step_2']['round_trips']} | {per[last]['round_trips']} |",
             f"| commits | {per['step_2']['commits']} | {per[last]['commits']} |",
-            *_cpu_by_position(per.get("runner_cpu_us"), last),
             "",
             f"WAL per step {_n(per['wal_bytes_per_step'])} bytes; "
             f"{per['hot_update_share']:.0%} of the {per['step_updates']} settlements of the "
-            "steps were HOT updates.",
+            "steps were HOT updates." + _cpu_by_position(per.get("runner_cpu_us"), last),
         ]
     )
 
 
-def _cpu_by_position(cpu: Mapping[str, Any] | None, last: str) -> list[str]:
+def _cpu_by_position(cpu: Mapping[str, Any] | None, last: str) -> str:
     if not cpu:
-        return []  # a run from before it was measured
-    return [
-        f"| the runner's CPU a step, µs (median of {cpu['window']} steps from step 2, and "
-        f"of the last {cpu['window']}; of {cpu['tasks']} tasks) | {_n(cpu['first'])} | "
-        f"{_n(cpu['last'])} |"
-    ]
+        return ""  # a run from before it was measured
+    steps = last.removeprefix("step_")
+    return (
+        f" The runner's own CPU a step, in a {steps}-step task: {_n(cpu['first'])} µs from "
+        f"step 2, {_n(cpu['last'])} µs over its last {cpu['window']} (medians of "
+        f"{cpu['window']} steps, of {cpu['tasks']} tasks)."
+    )
 
 
 ROLES = ("worker", "postgres", "bench", "payments", "mail", "redis")

@@ -271,8 +271,8 @@ def runner_cpu_by_position(*, steps: int = 200, window: int = 40, tasks: int = 5
     whether a step costs more as its task grows (the facts the runner keeps, the checks made
     before every call), which the server's counters cannot see. Each of ``tasks`` tasks, with
     nothing else measured, gives the median over ``window`` steps from its second (its
-    first has no settlement to carry), and over its last ``window``; the figures are the medians of those, the host's passing slowness
-    being larger than one step."""
+    first has no settlement to carry), and over its last ``window``; the figures are the
+    medians of those, the host's passing slowness being larger than one step."""
     global on_decide
     firsts, lasts = [], []
     for task_id in tasks_make(count=tasks, per_task=steps, batch=f"cpu-{time.time_ns()}"):

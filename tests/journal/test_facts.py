@@ -4,10 +4,14 @@ a question asked at every step is folded over the steps once, not over the whole
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
+from uuid import uuid4
 
+from journal.models import Step, Task
 from journal.moves import _live
-from journal.outcomes import StepState
+from journal.outcomes import Outcome, StepState
 from journal.protocols import StepFact, TaskFacts
+from journal.view import View
 
 
 def step(n: int, state: StepState = StepState.DONE) -> StepFact:
@@ -44,3 +48,23 @@ def test_facts_replaced_any_other_way_fold_from_the_start() -> None:
     # A name is its own fold: another question over the same steps starts from its own start.
     assert changed.appended(step(2, StepState.PENDING)).fold("live", _live, 0) == 2
     assert changed.fold("count", lambda c, s: c + 1, 10) == 11
+
+
+def test_the_runners_view_carries_its_folds_as_each_step_settles() -> None:
+    """The runner's picture of its task (journal/view.py) appends each settled step to its
+    facts: what was folded over the steps before is not folded again."""
+    seen: list[int] = []
+
+    def add(total: int, s: StepFact) -> int:
+        seen.append(s.n)
+        return total + 1
+
+    task = Task(id=uuid4(), kind="k", goal="g", refs={}, step_count=2)
+    facts = TaskFacts(task_id=str(task.id), kind="k", goal="g", refs={}, steps=[step(1), step(2)])
+    view = View(task=task, facts=facts, now=datetime.now(UTC), version=1, seen_writes=0)
+    assert view.facts.fold("count", add, 0) == 2
+    for n in (3, 4, 5):
+        settled = Step.written(id=n, task_id=task.id, n=n, tool="pay", args={}, key=f"k{n}")
+        assert view.after(settled, Outcome.done({"id": n}), approval_used=False) is view
+        assert view.facts.fold("count", add, 0) == n
+    assert seen == [1, 2, 3, 4, 5] and task.step_count == 5

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from devtools.chaos.run.base import db_or
-from journal.models import Entry
+from journal.models import Entry, EntryKind
 
 
 def timelines(samples: list[dict[str, Any]], *, slower_than: float) -> dict[str, Any]:
@@ -22,20 +22,26 @@ def timelines(samples: list[dict[str, Any]], *, slower_than: float) -> dict[str,
 
 
 def journals(tasks: list[str]) -> dict[str, list[list[Any]]]:
-    """Each task's journal entries, oldest first, as ``[at, kind, actor, data]``."""
+    """Each task's journal entries, oldest first, as ``[at, kind, actor, data]``; a recorded
+    step's data with the call its row holds (its tool, arguments and object), which its entry
+    does not repeat."""
     wanted = [t for t in tasks if is_uuid(t)]
     if not wanted:
         return {}
-    rows: list[tuple[uuid.UUID, datetime, str, str, Any]] = db_or(
+    rows: list[tuple[uuid.UUID, datetime, str, str, Any, str | None, Any, str | None]] = db_or(
         lambda: list(
             Entry.objects.filter(task_id__in=wanted)
             .order_by("id")
-            .values_list("task_id", "at", "kind", "actor", "data")
+            .values_list(
+                "task_id", "at", "kind", "actor", "data", "step__tool", "step__args", "step__guard"
+            )
         ),
         [],
     )
     out: dict[str, list[list[Any]]] = {}
-    for task_id, at, kind, actor, data in rows:
+    for task_id, at, kind, actor, data, tool, args, guard in rows:
+        if kind == EntryKind.STEP_RECORDED:
+            data = {**(data or {}), "tool": tool, "args": args, "guard": guard}
         out.setdefault(str(task_id), []).append([at.timestamp(), kind, actor, data])
     return out
 
