@@ -9,7 +9,6 @@ from typing import Any
 from devtools.bench.figures import (
     FIGURES_DIR,
     _drift,
-    _in_host_units,
     readme_block,
     render,
     runs_load,
@@ -49,7 +48,8 @@ def test_a_target_is_reported_as_measured() -> None:
     assert soak is not None
     ratio = soak["summary"]["throughput_last5_over_first5"]
     verdict = "met" if ratio >= SOAK_THROUGHPUT_TARGET else "not met"
-    assert f"throughput {ratio:.2f}× (target ≥ 0.95: **{verdict}**" in README.read_text()
+    # Three decimals: 0.948 is not met, and does not read as 0.95.
+    assert f"throughput {ratio:.3f}× (target ≥ 0.95: **{verdict}**)" in README.read_text()
 
 
 def test_repeated_end_to_end_runs_show_their_count_and_range() -> None:
@@ -117,31 +117,6 @@ def test_a_soaks_drift_is_told_beside_what_the_host_alone_moved() -> None:
     ]
     assert soak_drift(older)["host_steal_share"] is None
     assert "hypervisor" not in _drift(older) and "+10.0% on average" in _drift(older)
-
-
-def test_a_soaks_throughput_is_told_in_the_sandboxes_units_too() -> None:
-    """A host 10% slower by the end lowers the throughput and raises the sandboxes' CPU a task
-    alike: in their units the throughput has not moved. A journal that slows the system on
-    a steady host lowers it in both."""
-    host_slower = [
-        {**_wave(n, sandbox=1.0 if n <= 20 else 1.1, postgres=4.0), "tasks_per_s": 100.0}
-        for n in range(1, 26)
-    ]
-    for w in host_slower[20:]:
-        w["tasks_per_s"] = 100.0 / 1.1
-    assert soak_drift(host_slower)["throughput_host_units"] == {
-        "first": 100.0,
-        "last": 100.0,
-        "growth": 0.0,
-    }
-    journal_slower = [
-        {**_wave(n, sandbox=1.0, postgres=4.0), "tasks_per_s": 100.0 if n <= 20 else 90.0}
-        for n in range(1, 26)
-    ]
-    assert soak_drift(journal_slower)["throughput_host_units"]["growth"] == -0.1
-    assert "0.90× in the sandboxes' units" in _in_host_units(journal_slower)
-    assert "1.00× in the sandboxes' units" in _in_host_units(host_slower)
-    assert _in_host_units([_wave(n, sandbox=1.0, postgres=4.0) for n in range(1, 11)]) == ""
 
 
 def test_every_soak_kept_is_listed_with_the_latest() -> None:

@@ -375,9 +375,9 @@ def table_soak(soak: Run) -> str:
     lines += [
         "",
         "Last five waves over the first five: throughput "
-        f"{s['throughput_last5_over_first5']:.2f}× (target ≥ {SOAK_THROUGHPUT_TARGET:g}: "
+        f"{s['throughput_last5_over_first5']:.3f}× (target ≥ {SOAK_THROUGHPUT_TARGET:g}: "
         f"**{'met' if s['throughput_last5_over_first5'] >= SOAK_THROUGHPUT_TARGET else 'not met'}"
-        f"**{_in_host_units(waves)}), "
+        "**), "
         f"p95 {_n(s['p95_ms_first5'])} → {_n(s['p95_ms_last5'])} ms; memory first five → last "
         "five: "
         + ", ".join(
@@ -401,17 +401,6 @@ def table_soak(soak: Run) -> str:
         f"{again['charges_sent']} charge sent.",
     ]
     return "\n".join(lines)
-
-
-def _in_host_units(waves: Sequence[Run]) -> str:
-    """The throughput's drift with what the host alone moved taken out (stats.soak_drift)."""
-    moved = soak_drift(waves)["throughput_host_units"]
-    if moved is None or moved["growth"] is None:
-        return ""
-    return (
-        f"; {1 + moved['growth']:.2f}× in the sandboxes' units: each wave's throughput times "
-        "their CPU a task in it, which a slower host raises as much as it lowers the other"
-    )
 
 
 ROLE_NAMES = {
@@ -507,20 +496,19 @@ def soak_history(soak: Run, earlier: Sequence[Run]) -> str:
         drift = soak_drift(run["waves"])
         postgres = (drift["cpu_ms_per_task"].get("postgres") or {}).get("growth")
         host = drift["host_bound_cpu_growth"]
-        units = (drift["throughput_host_units"] or {}).get("growth")
         this = " (this one)" if run is soak else ""
         return (
             f"{run['began'][:16].replace('T', ' ')} at `{run['code']['commit'][:10]}`{this}: "
-            f"{run['summary']['throughput_last5_over_first5']:.2f}× ("
-            + ("" if units is None else f"{1 + units:.2f}× in the sandboxes' units; ")
-            + f"the sandboxes {_signed(host)}, PostgreSQL {_signed(postgres)})"
+            f"{run['summary']['throughput_last5_over_first5']:.2f}× "
+            f"(the sandboxes {_signed(host)}, PostgreSQL {_signed(postgres)})"
         )
 
     runs = sorted([*earlier, soak], key=lambda run: run["began"])
     return (
         "Every soak kept, oldest first (docs/bench/soak.json and docs/bench/soaks/): its "
-        "throughput, last five waves over the first five (in the sandboxes' units too; CPU "
-        "a task, same comparison): " + "; ".join(told(run) for run in runs) + "."
+        "throughput, last five waves over the first five (CPU a task, same comparison): "
+        + "; ".join(told(run) for run in runs)
+        + "."
     )
 
 

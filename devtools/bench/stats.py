@@ -90,18 +90,6 @@ SOAK_THROUGHPUT_TARGET = 0.95
 HOST_BOUND_ROLES = ("payments", "mail")
 
 
-def _throughput_host_units(wave: Mapping[str, Any]) -> float | None:
-    """A wave's throughput times the host-bound roles' CPU a task in the same wave: a host
-    that runs everything twice as slowly halves the one and doubles the other, so what moves
-    this is the rest of the system (the journal's processes), not the host."""
-    cpu = wave["cpu_ms_per_task"]
-    bound = [cpu.get(r) for r in HOST_BOUND_ROLES]
-    rate = wave.get("tasks_per_s")
-    if rate is None or any(b is None for b in bound):
-        return None
-    return float(rate) * statistics.fmean(b for b in bound if b is not None)
-
-
 def _over_host_bound(wave: Mapping[str, Any], role: str) -> float | None:
     """A role's CPU a task in one wave, in units of the host-bound roles' in the same wave."""
     cpu = wave["cpu_ms_per_task"]
@@ -118,8 +106,7 @@ def soak_drift(waves: Sequence[Mapping[str, Any]], count: int = 5) -> dict[str, 
     waves have them), and the mean growth of the roles whose work does not grow with the
     journal (:data:`HOST_BOUND_ROLES`): what the host alone moved. ``over_host_bound``: each
     other role's CPU a task divided, wave by wave, by the host-bound roles' mean in that
-    wave, first waves against last: its growth with what the host moved taken out.
-    ``throughput_host_units``: the throughput the same way, wave by wave times that mean."""
+    wave, first waves against last: its growth with what the host moved taken out."""
     roles = list(waves[0]["cpu_ms_per_task"]) if waves else []
     cpu = {
         role: first_last([w["cpu_ms_per_task"].get(role) for w in waves], count) for role in roles
@@ -134,7 +121,6 @@ def soak_drift(waves: Sequence[Mapping[str, Any]], count: int = 5) -> dict[str, 
             if role not in HOST_BOUND_ROLES
         },
         "host_bound_cpu_growth": round(statistics.fmean(bound), 3) if bound else None,
-        "throughput_host_units": first_last([_throughput_host_units(w) for w in waves], count),
         "host_steal_share": first_last([w.get("host_steal_share") for w in waves], count),
         "wal_kb_per_task": first_last(
             [(w.get("server") or {}).get("wal_kb_per_task") for w in waves], count

@@ -1,7 +1,10 @@
-"""A step's work in Python does not grow with its task (docs/design.md §14: what every step
-asks of its whole task is carried, not asked again). Counted, not timed: the function calls
-the runner makes between two decisions (``sys.setprofile``), near the start of a long task
-and at its end, with a kind whose money cap is checked before every call."""
+"""A step's Python calls do not grow with its task (docs/design.md §14: what every step asks
+of its whole task is carried, not asked again). Counted, not timed: the function calls the
+runner makes between two decisions (``sys.setprofile``: Python functions, generators each
+time they resume, and builtins), near the start of a long task and at its end, with a kind
+whose money cap is checked before every call. A proxy: a loop that makes no call per step it
+reads (a comprehension's body, work in C or in SQL) is not seen here; the benchmark's CPU a
+step, at the start and the end of a task, is the measure."""
 
 from __future__ import annotations
 
@@ -65,18 +68,20 @@ def test_a_steps_python_work_is_the_same_at_the_end_of_a_long_task_as_at_its_sta
     task = task_create(kind="cost_flat", goal="many small payments")
     # A journal tool declaring its money, not an agentops Tool: all the cap reads of one.
     rules = KindRules(KIND, {}, {"noop": tool})  # type: ignore[dict-item]
+    before = sys.getprofile()
     sys.setprofile(count)
     try:
         result = task_advance(
             task_id=task.pk, planner=planner, tools={"noop": tool}, policy=POLICY, rules=rules
         )
     finally:
-        sys.setprofile(None)
+        sys.setprofile(before)
     assert result.stopped == "finished"
     per_step = [b - a for a, b in zip(calls, calls[1:], strict=False)]
     assert len(per_step) == STEPS
-    early, late = statistics.median(per_step[5:45]), statistics.median(per_step[-40:])
+    # Means, not medians: work done every few steps shows too.
+    early, late = statistics.fmean(per_step[5:45]), statistics.fmean(per_step[-40:])
     # Before what a task had committed, and whether a step of it was open, were carried from
     # step to step, each step read every step before it: its last steps here made three times
     # the calls of its first (the open-step check alone, over one and a half times).
-    assert late <= early * 1.02, (early, late)
+    assert late <= early * 1.01, (early, late)
