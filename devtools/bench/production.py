@@ -185,8 +185,9 @@ def exchange_probe(*, times: int = 200) -> float:
     it: the median, in µs, of ``times`` calls of the benchmark tool's own ``call`` (the
     product's HTTP client: a kept-alive POST with its key and body, the answer read and its
     evidence taken). Nothing is written to the journal. With the commit probe
-    (devtools.bench.floor.commit_probe) it says how much of a production step no harness
-    could save: one durable commit with its round trip, and one exchange with the provider."""
+    (devtools.bench.floor.commit_probe) it times the two things every production step makes,
+    at their cheapest here: one durable commit with its round trip, and one exchange with
+    the provider (bench.step_budget)."""
     from journal.outcomes import Reply
 
     tool = PayInvoice()
