@@ -167,6 +167,30 @@ def test_a_bench_run_tells_how_many_ranges_the_journal_held() -> None:
     assert "ranges a table" not in table_paths(old)
 
 
+def test_a_bench_run_shows_what_the_guarantees_set_aside_cost_when_it_measured_it() -> None:
+    """The part with the rules' triggers and the telemetry set aside (devtools/bench/bare.py):
+    its rate beside the others and its ratios, with no target (no product runs so); a run from
+    before it was measured shows four parts and no such row."""
+    bench, _ = runs_load()
+    rate = {"median": 700.0, "ci95": [650.0, 750.0], "min": 600.0, "max": 800.0}
+    ratio = {"median": 0.61, "ci95": [0.55, 0.66], "min": 0.5, "max": 0.7}
+    run = {
+        **bench,
+        "production_bare_steps_per_s": rate,
+        "ratios": {**bench["ratios"], "bare_to_floor": ratio, "bare_to_dbos_sequential": ratio},
+    }
+    paths, ratios = table_paths(run), table_ratios(run)
+    assert "each round's five parts in a shuffled order" in paths
+    assert "| the production path with the rules' triggers and the run's telemetry set " in paths
+    assert "| 700 | 650–750 | 600 – 800 |" in paths
+    assert "| production with those set aside ÷ floor | 0.61 | 0.55–0.66 | — |" in ratios
+    assert "| production with those set aside ÷ DBOS sequential | 0.61 |" in ratios
+    old = {k: v for k, v in bench.items() if k != "production_bare_steps_per_s"}
+    old["ratios"] = {k: v for k, v in bench["ratios"].items() if not k.startswith("bare_")}
+    assert "each round's four parts" in table_paths(old)
+    assert "set aside" not in table_paths(old) + table_ratios(old)
+
+
 def test_a_bench_run_tells_how_its_production_path_logged() -> None:
     """A line a step event costs the production path what it costs a worker: the table says
     at which level the run's own process logged (older runs, which did not say, say nothing)."""

@@ -293,3 +293,51 @@ def test_the_benchmark_reads_the_servers_cpu_only_from_its_own_processes(
     seconds = bench.Command()._production(["t"] * 20, steps=400, roles=roles, cpu=cpu)
     assert seconds == 3.0
     assert cpu == {"runner": [500.0], "postgres": [], "provider": [100.0]}
+
+
+@pytest.mark.usefixtures("committed")
+def test_the_benchmarks_bare_part_sets_aside_the_rules_and_the_read_back_and_restores_them() -> (
+    None
+):
+    """The part that says what two guarantees cost (devtools/bench/bare.py): while it runs,
+    every rule trigger of the journal's tasks, steps and entries is off on each range, the
+    claims (the guard, once-per-object) stay on, and a run's telemetry is not read back;
+    after it, however it ended, all is as it was."""
+    import psycopg
+
+    import agentops.runner as runner
+    from devtools.bench import bare
+    from tests.databases import owner_connection
+
+    def switched() -> dict[str, set[str]]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """SELECT t.tgname, t.tgenabled FROM pg_trigger t
+                     JOIN pg_class c ON c.oid = t.tgrelid
+                    WHERE NOT t.tgisinternal AND (c.relname = ANY(%s) OR c.oid IN (
+                          SELECT inhrelid FROM pg_inherits
+                           WHERE inhparent = ANY(%s::regclass[])))""",
+                [list(bare.TABLES), list(bare.TABLES)],
+            )
+            out: dict[str, set[str]] = {}
+            for name, enabled in cursor.fetchall():
+                out.setdefault(name, set()).add(enabled)
+            return out
+
+    before, observed = switched(), vars(runner)[bare.OBSERVED]
+    assert all(states == {"O"} for states in before.values()), before
+    params = owner_connection().get_connection_params()
+    with psycopg.connect(**params, autocommit=True) as conn:
+        rules = {trigger for _, trigger in bare.rule_triggers(conn)}
+        assert {"journal_step_born", "journal_step_moves", "journal_entry_born"} <= rules
+        assert {"journal_task_rules", "journal_step_settled_frozen"} <= rules
+        assert not {name for name in rules if name.startswith("journal_step_claims")}
+        assert "journal_entry_no_truncate" not in rules  # a statement trigger: no row's cost
+        with pytest.raises(RuntimeError, match="mid-part"), bare.bare(conn):
+            during = switched()
+            assert vars(runner)[bare.OBSERVED] is not observed
+            raise RuntimeError("a failure mid-part")
+    assert {name for name, states in during.items() if states == {"D"}} == rules
+    assert during["journal_step_claims_born"] == during["journal_step_claims_moved"] == {"O"}
+    assert switched() == before
+    assert vars(runner)[bare.OBSERVED] is observed

@@ -27,19 +27,20 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from agentops.dbroles import OWNER_ALIAS
-from devtools.bench import dashboard, e2e, floor, peer, procs, production, soak
+from devtools.bench import bare, dashboard, e2e, floor, peer, procs, production, soak
 from devtools.bench.host import Steal
 from devtools.bench.machine import code, machine
 from devtools.bench.stats import percentile, ratio_summary, summary
 from devtools.process import REPO
 from journal.models import Task
 
-PARTS = ("floor", "production", "dbos_sequential", "dbos_concurrent")
+PARTS = ("floor", "production", "production_bare", "dbos_sequential", "dbos_concurrent")
 TARGETS = {
     "production_to_floor": 0.5,
     "production_to_dbos_sequential": 2.5,
@@ -249,6 +250,9 @@ class Command(BaseCommand):
                     roles=roles,
                     cpu=cpu,
                 ),
+                "production_bare": lambda r: self._bare(
+                    conn, production.tasks_make(count=tasks, per_task=per_task, batch=f"b{r}")
+                ),
             }
             for repetition in range(options["repeat"]):
                 # What a round trip and a durable commit cost in this round, and an exchange
@@ -278,6 +282,7 @@ class Command(BaseCommand):
         floor.cleanup(_owner_url())
         out["production_steps_per_s"] = summary(rows["production"])
         out["raw_floor_steps_per_s"] = summary(rows["floor"])
+        out["production_bare_steps_per_s"] = summary(rows["production_bare"])
         out["dbos_steps_per_s"] = summary(rows["dbos_sequential"])
         out["dbos_concurrent_steps_per_s"] = summary(rows["dbos_concurrent"])
         out["commit_probe"] = {
@@ -299,6 +304,10 @@ class Command(BaseCommand):
             ),
             "production_to_dbos_concurrent": ratio_summary(
                 rows["production"], rows["dbos_concurrent"]
+            ),
+            "bare_to_floor": ratio_summary(rows["production_bare"], rows["floor"]),
+            "bare_to_dbos_sequential": ratio_summary(
+                rows["production_bare"], rows["dbos_sequential"]
             ),
         }
         out["step_budget_us"] = step_budget(out)
@@ -336,6 +345,12 @@ class Command(BaseCommand):
         for role, value in spent.items():
             cpu[role].append(round(value * 1e6 / steps, 1))
         return seconds
+
+    def _bare(self, conn: psycopg.Connection[Any], task_ids: list[str]) -> float:
+        """Seconds to run the tasks with the rules' triggers and the run's telemetry set
+        aside (devtools.bench.bare): what those guarantees cost, beside the path users get."""
+        with bare.bare(conn):
+            return production.run(task_ids)
 
     def _dbos(self, mode: str, steps: int) -> float:
         proc = subprocess.run(  # noqa: S603 - the peer's part, in a process of its own
