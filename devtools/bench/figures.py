@@ -471,7 +471,7 @@ ROLE_NAMES = {
 
 def _drift(waves: Sequence[Run]) -> str:
     """What a task cost each process, first five waves against the last five, beside what the
-    host alone moved (stats.soak_drift): the cost of the roles whose work does not grow with
+    host moved (stats.soak_drift), as far as the cost of the roles whose work does not grow with
     the journal, and, where the run has them, the hypervisor's steal and the WAL a task wrote."""
     drift = soak_drift(waves)
     cpu = drift["cpu_ms_per_task"]
@@ -491,12 +491,15 @@ def _drift(waves: Sequence[Run]) -> str:
         + ", ".join(moved(r) for r in bound)
     )
     if drift["host_bound_cpu_growth"] is not None:
-        text += f": the host's own drift, {drift['host_bound_cpu_growth']:+.1%} on average"
+        text += (
+            f": {drift['host_bound_cpu_growth']:+.1%} on average, the host's drift and whatever "
+            "their own work a task moved as they filled up to what they retain"
+        )
     over = {r: f for r, f in drift["over_host_bound"].items() if f is not None}
     if over:
         text += (
-            ". Wave by wave in units of the sandboxes' CPU a task (what the host alone moves "
-            "taken out), first five → last five: "
+            ". Wave by wave in units of the sandboxes' CPU a task (what moved theirs taken "
+            "out), first five → last five: "
             + ", ".join(
                 f"{ROLE_NAMES.get(r, r)} {f['first']:.2f} → {f['last']:.2f} ({f['growth']:+.1%})"
                 for r, f in over.items()
@@ -543,7 +546,7 @@ def _levelled(waves: Sequence[Run]) -> str:
 
 def soak_history(soak: Run, earlier: Sequence[Run]) -> str:
     """Every soak kept, oldest first, with this one: its last five waves over its first five,
-    beside what the host alone moved (the sandboxes' CPU a task) and PostgreSQL's. The soak is
+    beside what moved the sandboxes' CPU a task and PostgreSQL's. The soak is
     minutes long on a shared machine: one run alone says little about the code."""
     if not earlier:
         return ""

@@ -85,7 +85,8 @@ SOAK_THROUGHPUT_TARGET = 0.95
 
 # The soak's processes whose work per task does not grow with the journal: a renewal asks each
 # sandbox for the same thing whatever the journal holds, so their CPU per task moves with the
-# host, not with the journal. (Not the bench: it watches a wave until it ends, so a slower wave
+# host and with their own ledgers (which fill up to what they retain, then hold), not with the
+# journal. (Not the bench: it watches a wave until it ends, so a slower wave
 # costs it more per task whatever the reason.)
 HOST_BOUND_ROLES = ("payments", "mail")
 
@@ -104,9 +105,10 @@ def soak_drift(waves: Sequence[Mapping[str, Any]], count: int = 5) -> dict[str, 
     """How the cost of a task moved from a soak's first ``count`` waves to its last: the CPU
     each process spent per task, the hypervisor's steal and the WAL a task wrote (where the
     waves have them), and the mean growth of the roles whose work does not grow with the
-    journal (:data:`HOST_BOUND_ROLES`): what the host alone moved. ``over_host_bound``: each
+    journal (:data:`HOST_BOUND_ROLES`): what the host moved, and what their own work a task
+    moved as they filled up to what they retain. ``over_host_bound``: each
     other role's CPU a task divided, wave by wave, by the host-bound roles' mean in that
-    wave, first waves against last: its growth with what the host moved taken out."""
+    wave, first waves against last: its growth with what moved theirs taken out."""
     roles = list(waves[0]["cpu_ms_per_task"]) if waves else []
     cpu = {
         role: first_last([w["cpu_ms_per_task"].get(role) for w in waves], count) for role in roles
