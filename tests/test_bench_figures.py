@@ -168,35 +168,55 @@ def test_a_bench_run_tells_how_many_ranges_the_journal_held() -> None:
     assert "ranges a table" not in table_paths(old)
 
 
-def test_a_bench_run_shows_what_the_guarantees_set_aside_cost_when_it_measured_it() -> None:
-    """The part with the rules' triggers and the telemetry set aside (devtools/bench/bare.py):
-    its rate beside the others and its ratios, with no target (no product runs so); a run from
-    before it was measured shows four parts and no such row."""
+def test_a_bench_run_shows_what_the_rules_and_read_back_set_aside_cost_when_it_measured_it() -> (
+    None
+):
+    """The part with the rule triggers and the telemetry read-back set aside
+    (devtools/bench/bare.py): its rate beside the others and its ratios, with no target (no
+    product runs so); what the two cost a step only where the paired ratio's interval is above
+    1, and the run's noise said otherwise; where the path would stand against the targets,
+    with the intervals. A run from before it was measured shows four parts and no such row."""
     bench, _ = runs_load()
     rate = {"median": 700.0, "ci95": [650.0, 750.0], "min": 600.0, "max": 800.0}
     ratio = {"median": 0.61, "ci95": [0.55, 0.66], "min": 0.5, "max": 0.7}
+    paired = {"median": 1.12, "ci95": [1.04, 1.2], "min": 1.0, "max": 1.3}
     run = {
         **bench,
         "production_bare_steps_per_s": rate,
-        "ratios": {**bench["ratios"], "bare_to_floor": ratio, "bare_to_dbos_sequential": ratio},
+        "ratios": {
+            **bench["ratios"],
+            "bare_to_production": paired,
+            "bare_to_floor": ratio,
+            "bare_to_dbos_sequential": ratio,
+        },
     }
     paths, ratios = table_paths(run), table_ratios(run)
     assert "each round's five parts in a shuffled order" in paths
-    assert "| the production path with the rules' triggers and the run's telemetry set " in paths
-    assert "| 700 | 650–750 | 600 – 800 |" in paths
+    assert (
+        "| the production path with its rule triggers and its telemetry read-back set aside "
+        "(no product runs so) | 700 | 650–750 | 600 – 800 |"
+    ) in paths
     aside = "| production, rule triggers and read-back set aside,"
+    assert f"{aside} ÷ production | 1.12 | 1.04–1.20 | — |" in ratios
     assert f"{aside} ÷ floor | 0.61 | 0.55–0.66 | — |" in ratios
     assert f"{aside} ÷ DBOS sequential | 0.61 |" in ratios
     step = 1e6 / bench["production_steps_per_s"]["median"]
-    assert f"a step took 1,429 µs against {step:,.0f} µs" in ratios
+    assert f"a step took 1,429 µs against {step:,.0f} µs (the inverses of the two" in ratios
+    assert "(paired by round, the part ran at 1.12× the production path, 1.04–1.20)" in ratios
     assert f"those two cost about {step - 1e6 / 700:,.0f} µs a step in this run" in ratios
-    assert "runs at 0.61× (would meet ≥ 0.5) the floor and 0.61× (still short of ≥ 2.5)" in ratios
-    assert "sequential: the distance left is the work itself (the statement's writes" in ratios
+    assert (
+        "the path runs at 0.61× (0.55–0.66; would meet ≥ 0.5) the floor and 0.61× "
+        "(0.55–0.66; still short of ≥ 2.5) DBOS sequential: what is left of the distance is "
+        "the rest of the path"
+    ) in ratios
     both = {**run["ratios"], "bare_to_dbos_sequential": {**ratio, "median": 2.6}}
     met = table_ratios({**run, "ratios": both})
-    assert "2.60× (would meet ≥ 2.5) DBOS sequential: the distance to the targets is what" in met
-    slower = table_ratios({**run, "production_bare_steps_per_s": {**rate, "median": 100.0}})
-    assert "those two cost nothing this run could tell from its noise" in slower
+    assert "still short" not in met
+    assert "DBOS sequential: setting those two aside closes the distance to both targets" in met
+    noisy = {**run["ratios"], "bare_to_production": {**paired, "ci95": [0.97, 1.2]}}
+    unclear = table_ratios({**run, "ratios": noisy})
+    assert "the run cannot tell what those two cost a step from its noise (paired" in unclear
+    assert "µs a step in this run" not in unclear
     old = {k: v for k, v in bench.items() if k != "production_bare_steps_per_s"}
     old["ratios"] = {k: v for k, v in bench["ratios"].items() if not k.startswith("bare_")}
     assert "each round's four parts" in table_paths(old)

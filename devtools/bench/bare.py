@@ -1,21 +1,27 @@
-"""The production path with two of its guarantees set aside: what they cost, in the same rounds.
+"""The production path with its rule triggers and its telemetry read-back set aside: what those
+cost a step, measured in the same rounds as the path users get.
 
-No product runs like this. The part answers one question the targets raise: how far the
-path users get is from the floor and the peer because of what the journal checks, and how
-far because of the work itself. While it runs, and only then:
+No product runs like this. The part answers one question the targets raise: how much of the
+distance from the path users get to the floor and to the peer is those two, and how much is
+the rest of the path. While it runs, and only then:
 
-- **the rules held in the journal's triggers** are off: a task's and a step's rules and
-  state machine, what is frozen once written, an entry's task and step (docs/design.md §14:
-  they hold for every writer, the owner included). The claims stay on
-  (``journal_step_claims_*``): they are the guard and once-per-object, which the design
-  holds in the database as a constraint, and the work a step's record and settlement do;
-- **the run's telemetry is not read back** (agentops.telemetry.steps.run_observed): no line
-  a step event, no counters.
+- **the journal's rule triggers** are off on its tasks, steps and entries: a task's and a
+  step's rules and state machine, what is frozen once written, an entry's task and step
+  (docs/design.md §14: they hold for every writer, the owner included), and with them the
+  refusals of a delete or of an update of what is written, which the path never makes. The
+  claims stay on (``journal_step_claims_*``): they are the guard and once-per-object, which
+  the design holds in the database, and part of the work a step's record and settlement do;
+- **the run's telemetry is not read back** (agentops.runner's ``run_observed``): no line a
+  step event, no counters.
 
 Everything else is the production path's: the same function, kind, schema check, bindings,
-money cap, guard, lease, planner and HTTP call. The triggers are switched by their owner,
-for every session at once (the benchmark's database is a throwaway one), and switched back
-whatever happens (:func:`bare`).
+money cap, guard, lease, planner and HTTP call. The triggers are switched by the owner, for
+every session at once, so the part runs only against a database holding nothing but the
+benchmark's tasks (devtools.management.commands.bench), and they are switched back however
+the part ends (:func:`bare`); a part that was killed first leaves them off, which
+:func:`check_on` finds before the next run measures anything. Switching them invalidates
+every session's cached plans of those tables: each switch is followed by a task that is not
+timed (:func:`bare` and its caller), so no part pays the planning the other caused.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 # The journal's tables whose rules live in triggers, and the triggers that stay on.
 TABLES = ("journal_task", "journal_step", "journal_entry")
@@ -35,26 +42,59 @@ _ROW = 1
 OBSERVED = "run_observed"
 
 
-def rule_triggers(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
-    """The row triggers holding the journal's rules on ``TABLES`` (table, trigger), read from
-    the catalogue: every one but the claims."""
+class RulesLeftOff(RuntimeError):
+    """A rule trigger of the journal is off: a bare part was killed before it switched them
+    back. Nothing is measured until someone switches them on again."""
+
+
+def rule_triggers(conn: psycopg.Connection[Any]) -> list[tuple[str, str, str]]:
+    """The row triggers holding the journal's rules on ``TABLES`` (schema, table, trigger),
+    read from the catalogue: every one but the claims. The tables are found as the app finds
+    them (its search path)."""
     rows = conn.execute(
-        """SELECT c.relname, t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-            WHERE c.relname = ANY(%s) AND NOT t.tgisinternal AND t.tgtype & %s <> 0
+        """SELECT n.nspname, c.relname, t.tgname
+             FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.oid = ANY(%s::regclass[]) AND NOT t.tgisinternal AND t.tgtype & %s <> 0
               AND NOT starts_with(t.tgname, %s)
-            ORDER BY 1, 2""",
+            ORDER BY 2, 3""",
         [list(TABLES), _ROW, KEPT_PREFIX],
     ).fetchall()
-    return [(table, trigger) for table, trigger in rows]
+    return [(schema, table, trigger) for schema, table, trigger in rows]
 
 
-def _switch(conn: psycopg.Connection[Any], triggers: list[tuple[str, str]], *, on: bool) -> None:
-    verb = "ENABLE" if on else "DISABLE"
-    for table, trigger in triggers:
-        # A partitioned table's trigger is switched on each of its ranges too.
+def check_on(conn: psycopg.Connection[Any]) -> None:
+    """Raise :class:`RulesLeftOff` if any of the journal's triggers is off on a table or on
+    any of its ranges."""
+    off = conn.execute(
+        """SELECT c.relname || '.' || t.tgname FROM pg_trigger t
+             JOIN pg_class c ON c.oid = t.tgrelid
+            WHERE NOT t.tgisinternal AND t.tgenabled = 'D'
+              AND (c.oid = ANY(%(tables)s::regclass[]) OR c.oid IN (
+                   SELECT i.inhrelid FROM pg_inherits i
+                    WHERE i.inhparent = ANY(%(tables)s::regclass[])))
+            ORDER BY 1 LIMIT 5""",
+        {"tables": list(TABLES)},
+    ).fetchall()
+    if off:
+        raise RulesLeftOff(
+            "the journal's rules are off (" + ", ".join(name for (name,) in off) + "): a "
+            "benchmark was killed mid-part; switch them on (ALTER TABLE … ENABLE TRIGGER) "
+            "before measuring anything"
+        )
+
+
+def _switch(
+    conn: psycopg.Connection[Any], triggers: list[tuple[str, str, str]], *, on: bool
+) -> None:
+    """Each trigger on (or off), on its table and, a partitioned table's, on each range."""
+    verb = sql.SQL("ENABLE" if on else "DISABLE")
+    for schema, table, trigger in triggers:
         conn.execute(
-            f'ALTER TABLE "{table}" {verb} TRIGGER "{trigger}"'
-        )  # names from the catalogue
+            sql.SQL("ALTER TABLE {} {} TRIGGER {}").format(
+                sql.Identifier(schema, table), verb, sql.Identifier(trigger)
+            )
+        )
 
 
 def _unobserved(**_: Any) -> None:
@@ -62,12 +102,13 @@ def _unobserved(**_: Any) -> None:
 
 
 @contextlib.contextmanager
-def bare(conn: psycopg.Connection[Any]) -> Iterator[list[tuple[str, str]]]:
+def bare(conn: psycopg.Connection[Any]) -> Iterator[list[tuple[str, str, str]]]:
     """Within: the rules' triggers off (``conn``: the owner's, in autocommit) and the run's
     telemetry not read back, in this process. Yields the triggers switched off. Both are
-    back when it ends, however it ends."""
+    back when it ends, however it ends (but a kill)."""
     import agentops.runner as runner
 
+    check_on(conn)
     triggers = rule_triggers(conn)
     names = vars(runner)  # the name the runner calls, bound when it imported it
     observed = names[OBSERVED]

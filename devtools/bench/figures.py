@@ -70,8 +70,8 @@ def table_paths(run: Run) -> str:
             "production_steps_per_s",
         ),
         (
-            "the production path with the rules' triggers and the run's telemetry set aside "
-            "(no product runs so: what those cost)",
+            "the production path with its rule triggers and its telemetry read-back set aside "
+            "(no product runs so)",
             "production_bare_steps_per_s",
         ),
         ("DBOS Transact, sequential", "dbos_steps_per_s"),
@@ -99,7 +99,7 @@ def table_paths(run: Run) -> str:
         )
     lines = [
         f"{opts['repeat']} rounds of {opts['steps']:,} steps ({opts['per_task']} to a task), each "
-        f"round's {_COUNTS[len(rows)]} parts in a shuffled order{held}:",
+        f"round's {_COUNTS.get(len(rows), str(len(rows)))} parts in a shuffled order{held}:",
         "",
         "| path | steps/s (median) | 95% interval | min – max |",
         "|---|---:|---:|---:|",
@@ -122,6 +122,11 @@ def table_ratios(run: Run) -> str:
             "production_to_dbos_sequential",
         ),
         ("production ÷ DBOS concurrent", "production_to_dbos_concurrent", None),
+        (
+            "production, rule triggers and read-back set aside, ÷ production",
+            "bare_to_production",
+            None,
+        ),
         ("production, rule triggers and read-back set aside, ÷ floor", "bare_to_floor", None),
         (
             "production, rule triggers and read-back set aside, ÷ DBOS sequential",
@@ -162,14 +167,15 @@ def table_ratios(run: Run) -> str:
 
 
 def _set_aside(run: Run) -> list[str]:
-    """What the rules' triggers and the telemetry read-back cost a step (the bare part), and
-    whether the path would meet the targets without them: what is left is the work itself."""
+    """What the rule triggers and the telemetry read-back cost a step (the bare part), told
+    only where the run can tell it from its noise (the paired ratio's interval is above 1),
+    and where the path would stand against the targets without them."""
     bare = run.get("production_bare_steps_per_s")
     if bare is None:
         return []  # a run from before it was measured
     ratios, targets = run["ratios"], run["targets"]
     step, without = 1e6 / run["production_steps_per_s"]["median"], 1e6 / bare["median"]
-
+    paired = ratios.get("bare_to_production")
     pairs = (
         ("bare_to_floor", "production_to_floor"),
         ("bare_to_dbos_sequential", "production_to_dbos_sequential"),
@@ -177,25 +183,34 @@ def _set_aside(run: Run) -> list[str]:
     met = [ratios[name]["median"] >= targets[target]["target"] for name, target in pairs]
 
     def verdict(name: str, target: str) -> str:
-        r, goal = ratios[name]["median"], targets[target]["target"]
-        return f"{r:.2f}× ({'would meet' if r >= goal else 'still short of'} ≥ {goal})"
+        r, goal = ratios[name], targets[target]["target"]
+        reach = "would meet" if r["median"] >= goal else "still short of"
+        return f"{r['median']:.2f}× ({_interval(r, 2)}; {reach} ≥ {goal})"
 
+    told = paired is not None and paired["ci95"][0] > 1
+    pair = (
+        f" (paired by round, the part ran at {paired['median']:.2f}× the production path, "
+        f"{_interval(paired, 2)})"
+        if paired is not None
+        else ""
+    )
     cost = (
-        f"those two cost about {_n(step - without)} µs a step in this run"
-        if step > without
-        else "those two cost nothing this run could tell from its noise"
+        f"a step took {_n(without)} µs against {_n(step)} µs (the inverses of the two medians)"
+        f"{pair}: those two cost about {_n(step - without)} µs a step in this run"
+        if told
+        else f"the run cannot tell what those two cost a step from its noise{pair}"
     )
     return [
         "",
-        f"With the rules held in triggers and the telemetry read-back set aside, a step took "
-        f"{_n(without)} µs against {_n(step)} µs (the inverses of the two medians): {cost}. "
-        "Without them the path "
-        f"runs at {verdict(*pairs[0])} the floor and {verdict(*pairs[1])} DBOS sequential"
+        f"With the rule triggers and the telemetry read-back set aside, {cost}. Without them "
+        f"the path runs at {verdict(*pairs[0])} the floor and {verdict(*pairs[1])} DBOS "
+        "sequential"
         + (
-            ": the distance to the targets is what those two guarantees cost here."
+            ": setting those two aside closes the distance to both targets here."
             if all(met)
-            else ": the distance left is the work itself (the statement's writes, the claims, "
-            "the lease, the checks in Python, the exchange with the provider)."
+            else ": what is left of the distance is the rest of the path (the statement's "
+            "writes and claims, the lease, the checks in Python, the exchange with the "
+            "provider, the per-task statements)."
         ),
     ]
 
@@ -470,9 +485,9 @@ ROLE_NAMES = {
 
 
 def _drift(waves: Sequence[Run]) -> str:
-    """What a task cost each process, first five waves against the last five, beside what the
-    host moved (stats.soak_drift), as far as the cost of the roles whose work does not grow with
-    the journal, and, where the run has them, the hypervisor's steal and the WAL a task wrote."""
+    """What a task cost each process, first five waves against the last five, beside the cost
+    of the roles whose work does not grow with the journal (stats.soak_drift: what moved with
+    the host), and, where the run has them, the hypervisor's steal and the WAL a task wrote."""
     drift = soak_drift(waves)
     cpu = drift["cpu_ms_per_task"]
 
