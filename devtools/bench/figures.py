@@ -189,16 +189,17 @@ def _set_aside(run: Run) -> list[str]:
 
     told = paired is not None and paired["ci95"][0] > 1
     pair = (
-        f" (paired by round, the part ran at {paired['median']:.2f}× the production path, "
-        f"{_interval(paired, 2)})"
+        f"; paired by round, the part ran at {paired['median']:.2f}× the production path, "
+        f"{_interval(paired, 2)}"
         if paired is not None
         else ""
     )
     cost = (
-        f"a step took {_n(without)} µs against {_n(step)} µs (the inverses of the two medians)"
-        f"{pair}: those two cost about {_n(step - without)} µs a step in this run"
+        f"a step took {_n(without)} µs against {_n(step)} µs (the inverses of the two medians"
+        f"{pair}): those two cost about {_n(step - without)} µs a step in this run"
         if told
-        else f"the run cannot tell what those two cost a step from its noise{pair}"
+        else "the run cannot tell what those two cost a step from its noise"
+        + (f" ({pair.removeprefix('; ')})" if pair else "")
     )
     return [
         "",
