@@ -562,8 +562,8 @@ def _levelled(waves: Sequence[Run]) -> str:
 
 def soak_history(soak: Run, earlier: Sequence[Run]) -> str:
     """Every soak kept, oldest first, with this one: its last five waves over its first five,
-    beside what moved the sandboxes' CPU a task and PostgreSQL's. The soak is
-    minutes long on a shared machine: one run alone says little about the code."""
+    beside the sandboxes' CPU a task (what moved with the host) and PostgreSQL's. The soak
+    is minutes long on a shared machine: one run alone says little about the code."""
     if not earlier:
         return ""
 

@@ -175,7 +175,7 @@ def soak(*, waves: int, wave_tasks: int, say: Callable[[str], None]) -> dict[str
 
 def soak_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The last five waves against the first five: throughput, latency, how memory moved,
-    and what a task cost each process beside what moved the sandboxes' (stats.soak_drift)."""
+    and what a task cost each process beside the sandboxes' own cost (stats.soak_drift)."""
     first, last = rows[:5], rows[-5:]
 
     def mean(values: list[float]) -> float:

@@ -86,8 +86,8 @@ SOAK_THROUGHPUT_TARGET = 0.95
 # The soak's processes whose work per task does not grow with the journal: a renewal asks each
 # sandbox for the same thing whatever the journal holds, so their CPU per task moves with the
 # host and with their own ledgers (which fill up to what they retain, then hold), not with the
-# journal. (Not the bench: it watches a wave until it ends, so a slower wave
-# costs it more per task whatever the reason.)
+# journal. (Not the bench: it watches a wave until it ends, so a slower wave costs it more per
+# task whatever the reason.)
 HOST_BOUND_ROLES = ("payments", "mail")
 
 

@@ -377,8 +377,8 @@ class Command(BaseCommand):
     def _bare(
         self, conn: psycopg.Connection[Any], task_ids: list[str], warm_ids: list[str]
     ) -> float:
-        """Seconds to run the tasks with the rules' triggers and the run's telemetry set
-        aside (devtools.bench.bare): what those cost, beside the path users get. Switching
+        """Seconds to run the tasks with the rule triggers and the run's telemetry read-back
+        set aside (devtools.bench.bare): what those cost, beside the path users get. Switching
         the triggers makes every session plan those tables' statements again: a task after
         each switch, not timed, pays it, so neither this part nor the next does."""
         with bare.bare(conn):
