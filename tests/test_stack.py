@@ -355,38 +355,13 @@ def test_launched_as_root_nothing_the_launcher_starts_runs_as_root(tmp_path: Pat
     blocked = (users.blocked_for(user, base.MANAGE) for user in (app, servers))
     closed = next((path for path in blocked if path is not None), None)
     var = Path(tempfile.mkdtemp(prefix=f"agentops-test-{os.getpid()}-"))
-    said: queue.Queue[str | None] = queue.Queue()
-    with (tmp_path / "run.out").open("wb") as out:
-        launcher = subprocess.Popen(
-            [sys.executable, "-c", _RUN_ELSEWHERE, str(var)],
-            cwd=REPO,
-            env=_env_for_a_run_of_its_own(),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def read_log(stream: IO[str]) -> None:
-        for line in stream:
-            said.put(line)
-        said.put(None)
-
-    assert launcher.stderr is not None
-    reader = threading.Thread(target=read_log, args=(launcher.stderr,), daemon=True)
-    reader.start()
-    log: list[str] = []
+    env = _env_for_a_run_of_its_own()
+    run = _Run(var, env, tmp_path / "run.out")
+    log = run.log
     below: list[_Process] = []
     try:
-        deadline = time.monotonic() + 300
-        while not any("agentops is up at" in line for line in log):
-            try:
-                line = said.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                pytest.fail("the app was not up within 300s:\n" + "".join(log))
-            if line is None:  # the launcher closed its log: it stopped
-                break
-            log.append(line)
+        run.wait_up()
+        launcher = run.launcher
         if closed:
             assert launcher.wait(timeout=60) == 1
             assert f"{closed} is closed to other users" in "".join(log)
@@ -450,18 +425,83 @@ def test_launched_as_root_nothing_the_launcher_starts_runs_as_root(tmp_path: Pat
                 **{str(path): "EACCES" for path, _ in closed_to_app},
                 **{str(path): "ok" for path, _ in open_to_app},
             }
+        first = _demo_tasks(log)
+        code, survivors = run.stop(below)
+        assert code == 0, "".join(log)
+        assert survivors == []
+        # Started again on the data it made: it comes up, says the password is not shown
+        # again, and shows the first run's demo tasks (the seed starts none anew).
+        again = _Run(var, env, tmp_path / "again.out")
+        run = again
+        again.wait_up()
+        said_again = "".join(again.log)
+        assert "agentops is up at" in said_again, said_again
+        assert "with the password shown on the first run" in said_again
+        assert first and _demo_tasks(again.log) == first
+        below = _all_started(again.launcher.pid, time.monotonic() + 60)
     finally:
-        launcher.send_signal(signal.SIGTERM)
+        code, survivors = run.stop(below)
+        shutil.rmtree(var, ignore_errors=True)
+    assert code == 0, "".join(run.log)
+    assert survivors == []
+
+
+def _demo_tasks(log: list[str]) -> list[str]:
+    """The demo's tasks whose pages `run` ends its start-up with ("... of <task> (...):")."""
+    return [line.split(" of ", 1)[1].split(" ", 1)[0] for line in log if "'s page of " in line]
+
+
+class _Run:
+    """`stack.py run` with its var/ at `var`, its log read line by line as it comes."""
+
+    def __init__(self, var: Path, env: dict[str, str], out: Path) -> None:
+        self.said: queue.Queue[str | None] = queue.Queue()
+        self.log: list[str] = []
+        with out.open("wb") as stdout:
+            self.launcher = subprocess.Popen(
+                [sys.executable, "-c", _RUN_ELSEWHERE, str(var)],
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        assert self.launcher.stderr is not None
+        self.reader = threading.Thread(target=self._read, args=(self.launcher.stderr,), daemon=True)
+        self.reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.said.put(line)
+        self.said.put(None)
+
+    def wait_up(self, timeout: float = 300) -> None:
+        """Until the app has said it is up and how to use it (the summary's last line), or
+        the launcher stops (its log closes)."""
+        deadline = time.monotonic() + timeout
+        while not any("Ctrl-C stops everything" in line for line in self.log):
+            try:
+                line = self.said.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"the app was not up within {timeout:g}s:\n" + "".join(self.log))
+            if line is None:  # the launcher closed its log: it stopped
+                break
+            self.log.append(line)
+
+    def stop(self, below: list[_Process]) -> tuple[int, list[_Process]]:
+        """SIGTERM, as Ctrl-C's stop; the launcher's exit code and what outlived it."""
+        self.launcher.send_signal(signal.SIGTERM)
         try:
-            code = launcher.wait(timeout=120)
+            code = self.launcher.wait(timeout=120)
         except subprocess.TimeoutExpired:
-            launcher.kill()
-            code = launcher.wait()
-        reader.join(timeout=10)
+            self.launcher.kill()
+            code = self.launcher.wait()
+        self.reader.join(timeout=10)
+        while (line := self.said.get_nowait() if not self.said.empty() else None) is not None:
+            self.log.append(line)
         survivors = [p for p in below if _still_running(p)]
         for process in survivors:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGKILL)
-        shutil.rmtree(var, ignore_errors=True)
-    assert code == 0, "".join(log)
-    assert survivors == []
+        return code, survivors

@@ -270,7 +270,9 @@ class Postgres:
         with self.connect() as conn:
             for role, may_create in ((OWNER_ROLE, createdb), (APP_ROLE, sql.SQL("NOCREATEDB"))):
                 name = sql.Identifier(role)
-                if not conn.execute("SELECT FROM pg_roles WHERE rolname = %s", [role]).fetchone():
+                # `SELECT FROM` returns rows of no columns: an empty tuple, which is false.
+                found = conn.execute("SELECT FROM pg_roles WHERE rolname = %s", [role])
+                if found.fetchone() is None:
                     conn.execute(sql.SQL("CREATE ROLE {}").format(name))
                 # A password cannot be a bind parameter here; Literal quotes it.
                 password = sql.Literal(self.password(role))
@@ -280,7 +282,8 @@ class Postgres:
         """The database `name`, owned by the owner role; the app role may only connect."""
         database, owner = sql.Identifier(name), sql.Identifier(OWNER_ROLE)
         with self.connect() as conn:
-            if not conn.execute("SELECT FROM pg_database WHERE datname = %s", [name]).fetchone():
+            found = conn.execute("SELECT FROM pg_database WHERE datname = %s", [name])
+            if found.fetchone() is None:
                 conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(database, owner))
                 log(f"created database {name!r}")
             for statement in (
