@@ -6,16 +6,18 @@ agentops connects to PostgreSQL with two roles (README, "Security model"):
 - the **app** (``DATABASE_URL``), which the web server and the workers use, owns nothing.
 
 After every ``migrate``, :func:`app_privileges_sync` gives the app role exactly what is
-listed here and nothing more. The journal's tables are listed column by column: a column
-the app may ``UPDATE`` is in ``updatable``, one it may only write at ``INSERT`` is in
-``frozen``. A column of a journal or agentops table that is in neither stops the migration
-with an error naming it, so a new column is a decision, never an accident. Tables of other
-apps (auth, sessions, admin, axes) are the framework's business: the app gets plain
-``SELECT, INSERT, UPDATE, DELETE`` on them.
+listed here and nothing more:
 
-The freeze that holds even for writes the app may make (a settled step, a task's goal and
-refs) is a trigger: ``journal/sql/journal_step_settled_frozen`` and
-``journal_task_facts_frozen``. docs/design.md §4 says why each column listed here is safe.
+- the journal's tables (every table named ``journal_*``): ``SELECT`` only. Every write to
+  the journal is one of its functions (docs/design.md §4), and the role may ``EXECUTE``
+  exactly those ``journal.callers.MOVES`` lists; nobody else may execute any function the
+  owner made (PostgreSQL lets everyone execute a new function unless told otherwise);
+- agentops' own tables, listed column by column: a column the app may ``UPDATE`` is in
+  ``updatable``, one it may only write at ``INSERT`` is in ``frozen``. A column of an
+  agentops table that is in neither stops the migration with an error naming it, so a new
+  column is a decision, never an accident. docs/design.md §4 says why each is safe;
+- tables of other apps (auth, sessions, admin, axes) are the framework's business: plain
+  ``SELECT, INSERT, UPDATE, DELETE``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+from journal.callers import KINDS, callable_by
 
 OWNER_ALIAS = "owner"
 """The connection (settings.DATABASES) that migrates, when DATABASE_OWNER_URL is set."""
@@ -61,69 +65,9 @@ class Columns:
     frozen: tuple[str, ...]
 
 
-# The journal's transitions (journal/leases.py, record.py, settle.py) update only these.
-# When a migration adds a column to one of these tables, add it here: to `updatable` if a
-# service changes it after the row is inserted, to `frozen` otherwise.
+# agentops' own tables. When a migration adds a column to one of them, add it here: to
+# `updatable` if a service changes it after the row is inserted, to `frozen` otherwise.
 APP_COLUMNS: dict[str, Columns] = {
-    "journal_task": Columns(
-        updatable=(
-            "status",
-            "attention",
-            "attention_code",
-            "wake_at",
-            "step_count",
-            "lease_owner",
-            "lease_token",
-            "lease_expires_at",
-            "lease_taken_at",
-            "version",
-            "failed_runs",
-            "unwinding",
-            "shortfall",
-        ),
-        frozen=("id", "kind", "goal", "refs", "plan", "created_at"),
-    ),
-    "journal_step": Columns(
-        updatable=(
-            "state",
-            "detail",
-            "outcome",
-            "attempts",
-            "lookups",
-            "settled_at",
-            "next_check_at",
-            "offset_by_id",
-        ),
-        frozen=(
-            "id",
-            "task_id",
-            "n",
-            "kind",
-            "tool",
-            "args",
-            "key",
-            "cost",
-            "guard",
-            "guard_key",
-            "once",
-            "offsets_id",
-            "retries",
-            "refusal",
-            "undo_tool",
-            "first_started_at",
-            "key_trusted_until",
-            "lookup_until",
-            "decision",
-            "created_at",
-        ),
-    ),
-    # An approval is decided once and used once (the trigger journal/sql/journal_approval_rules).
-    "journal_approval": Columns(
-        updatable=("state", "decided_by", "decided_at", "decision_reason", "used_by_id"),
-        frozen=("id", "task_id", "tool", "args", "digest", "reason", "requested_at", "expires_at"),
-    ),
-    # Append-only: INSERT and SELECT, never UPDATE or DELETE (docs/design.md §4).
-    "journal_entry": Columns(updatable=(), frozen=ALL),
     # A webhook event is stored once; only the result of applying it is filled in after.
     "agentops_webhookevent": Columns(
         updatable=("result",), frozen=("id", "provider", "type", "facts", "received_at")
@@ -213,21 +157,19 @@ APP_COLUMNS: dict[str, Columns] = {
     ),
 }
 
-# The guards' claims (journal migration 0012): kept by the database's own trigger
-# (journal_step_claims, a security definer), never written by the app, which only reads
-# them. A claim the app could delete would let an object's once-only effect happen twice.
-CLAIM_TABLES = ("journal_object_live", "journal_object_once", "journal_step_undo")
+# The journal's tables: the app only reads them, and writes through the journal's functions.
+JOURNAL_PREFIX = "journal_"
 
-# The journal's partitions and its retention (journal migration 0015, docs/design.md §17):
-# kept by the database's own functions (security definers) and by the owner; the app only
-# reads them. A partition the app could list or a keep it could shorten would let it drop
-# what is not yet due. The partitions themselves are the owner's alone: the app reaches
-# their rows through their tables (journal_task, journal_step, journal_entry) only.
-RETENTION_TABLES = ("journal_partition", "journal_retention")
-READ_ONLY_JOURNAL_TABLES = CLAIM_TABLES + RETENTION_TABLES
+# The functions of agentops' own apps the app may execute: forgetting what the journal's
+# retention dropped (security definers, each doing only that: agentops/retention.py).
+APP_FUNCTIONS = (
+    "agentops_webhook_events_forget",
+    "agentops_audit_forget",
+    "agentops_notifications_forget",
+)
 
 # Apps whose every table must be listed in APP_COLUMNS.
-LISTED_APPS = ("journal", "agentops")
+LISTED_APPS = ("agentops",)
 
 # Django's record of applied migrations: the app reads it (the migration check of `check`)
 # and never writes it.
@@ -266,7 +208,7 @@ def _checked(tables: dict[str, list[str]]) -> None:
     for table, columns in sorted(tables.items()):
         listed = APP_COLUMNS.get(table)
         if listed is None:
-            if table.split("_", 1)[0] in LISTED_APPS and table not in READ_ONLY_JOURNAL_TABLES:
+            if table.split("_", 1)[0] in LISTED_APPS:
                 problems.append(f"table {table} is not listed")
             continue
         if listed.frozen == ALL:
@@ -279,15 +221,21 @@ def _checked(tables: dict[str, list[str]]) -> None:
         raise PrivilegeListError(
             "agentops/dbroles.py APP_COLUMNS does not match the schema: "
             + "; ".join(problems)
-            + ". List each journal column as `updatable` (a service changes it after INSERT) "
+            + ". List each agentops column as `updatable` (a service changes it after INSERT) "
             "or `frozen`."
         )
 
 
 def app_privileges_sql(
-    connection: BaseDatabaseWrapper, *, app_role: str, tables: dict[str, list[str]]
+    connection: BaseDatabaseWrapper,
+    *,
+    app_role: str,
+    tables: dict[str, list[str]],
+    functions: list[str],
+    kinds: tuple[str, ...] = KINDS,
 ) -> list[str]:
-    """The statements that leave ``app_role`` with exactly the privileges listed here."""
+    """The statements that leave ``app_role`` with exactly the privileges listed here, for a
+    process of ``kinds`` (journal.callers): ``functions`` are those the owner made."""
     role = _quote(connection, app_role)
     database = _quote(connection, str(connection.settings_dict["NAME"]))
     statements = [
@@ -302,7 +250,16 @@ def app_privileges_sql(
         # nextval() for identity columns, not setval() (that needs UPDATE).
         f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {role}",
         f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}",
+        # PostgreSQL lets everyone execute a function unless told otherwise: nobody may
+        # execute one the owner makes from now on but whom it is granted to.
+        "ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC",
     ]
+    allowed = {name for kind in kinds for name in callable_by(kind)} | set(APP_FUNCTIONS)
+    for function in sorted(functions):
+        name = _quote(connection, function)
+        statements.append(f"REVOKE ALL ON FUNCTION {name} FROM PUBLIC, {role}")
+        if function in allowed:
+            statements.append(f"GRANT EXECUTE ON FUNCTION {name} TO {role}")
     for table in sorted(tables):
         name = _quote(connection, table)
         statements.append(f"REVOKE ALL ON TABLE {name} FROM {role}")
@@ -312,11 +269,24 @@ def app_privileges_sql(
             if listed.updatable:
                 columns = ", ".join(_quote(connection, c) for c in listed.updatable)
                 statements.append(f"GRANT UPDATE ({columns}) ON TABLE {name} TO {role}")
-        elif table in READ_ONLY_TABLES or table in READ_ONLY_JOURNAL_TABLES:
+        elif table in READ_ONLY_TABLES or table.startswith(JOURNAL_PREFIX):
             statements.append(f"GRANT SELECT ON TABLE {name} TO {role}")
         else:
             statements.append(f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {name} TO {role}")
     return statements
+
+
+def _owned_functions(connection: BaseDatabaseWrapper) -> list[str]:
+    """The functions in the current schema that the connected role (the owner) made."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT DISTINCT p.proname
+              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = current_schema() AND p.proowner = current_user::regrole
+            """
+        )
+        return [name for (name,) in cursor.fetchall()]
 
 
 def app_privileges_sync(*, connection: BaseDatabaseWrapper, app_role: str) -> int:
@@ -327,8 +297,11 @@ def app_privileges_sync(*, connection: BaseDatabaseWrapper, app_role: str) -> in
     """
     tables = _table_columns(connection)
     _checked(tables)
+    functions = _owned_functions(connection)
     # One transaction: a running app never sees the moment between REVOKE and GRANT.
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        for statement in app_privileges_sql(connection, app_role=app_role, tables=tables):
+        for statement in app_privileges_sql(
+            connection, app_role=app_role, tables=tables, functions=functions
+        ):
             cursor.execute(statement)
     return len(tables)

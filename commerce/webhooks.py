@@ -43,12 +43,12 @@ from agentops.effects import (
     Outcome,
     Step,
     StepState,
-    entries_add,
-    entry,
+    note,
     provider_event_observed,
     same_object,
     step_by_key,
     step_conflict,
+    step_noted,
     step_settle,
     task_ring,
 )
@@ -254,33 +254,30 @@ def _apply(
     step = step_by_key(key=key)
     if step is None:
         return Applied("ignored", f"ignored: no step {key}")
-    note = entry(
-        kind=EntryKind.WEBHOOK_RECEIVED,
-        task_id=step.task_id,
-        step_id=step.pk,
-        actor="stripe",
-        event=event.id,
-        type=event.type,
-    )
+    received = note(EntryKind.WEBHOOK_RECEIVED, actor="stripe", event=event.id, type=event.type)
     problems = _differences(step, tool, expected)
     if problems:
-        entries_add(note)
         reason = (
             f"a {event.type} event ({event.id}) names step {key} but does not match it: "
             f"{'; '.join(problems)}; the step was left as it was"
         )
         step_conflict(
-            step=step, reason=reason, via=f"webhook {event.type}", actor="stripe", event=event.id
+            step=step,
+            reason=reason,
+            via=f"webhook {event.type}",
+            actor="stripe",
+            notes=[received],
+            event=event.id,
         )
         return Applied("conflict", f"conflict on {key}: {'; '.join(problems)}")
     if outcome.state == StepState.UNKNOWN:
-        entries_add(note)
+        step_noted(step_id=step.pk, notes=[received])
         return Applied("unchanged", f"noted: {key} is not final at the provider")
     changed = step_settle(
         step_id=step.pk,
         outcome=outcome,
         via=f"webhook {event.type}",
-        extra=[note],
+        notes=[received],
         actor="stripe",
     )
     if changed:

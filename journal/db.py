@@ -43,9 +43,9 @@ class _PreparedDebugWrapper(CursorDebugWrapper):
             yield
 
 
-def prepared_cursor() -> CursorWrapper | _Cursor:
+def prepared_cursor(using: str = DEFAULT_DB_ALIAS) -> CursorWrapper | _Cursor:
     """A cursor for one statement: execute it, fetch what it returns, leave the block."""
-    db = connections[DEFAULT_DB_ALIAS]  # once: every use of `connection` looks it up again
+    db = connections[using]  # once: every use of `connection` looks it up again
     db.ensure_connection()
     if db.queries_logged or db.execute_wrappers:
         wrapper = _PreparedDebugWrapper if db.queries_logged else CursorWrapper

@@ -1,58 +1,46 @@
-"""Entries: built here, written by ``journal_entry_add`` (journal/sql), the one place an entry
-is made (docs/design.md §4).
+"""Entries: each written by the journal function whose move it records (docs/design.md §4).
 
-Services build their entries with :func:`entry` and write them with :func:`entries_add`, in
-the same transaction as the change they log; the SQL functions that record, settle and
-change a status call ``journal_entry_add`` themselves. An entry is never updated or deleted
-afterwards (PostgreSQL refuses it).
+No app role writes an entry of its own choosing: every move writes its own, in the same
+statement (``journal_entry_add``, inside the functions). What a move may carry beside it is a
+*note* about the step it moves (the lookup made, the attempt that ended, the provider's
+notification received: ``journal_step_notes``), built here with :func:`note`; and what a
+person or an app wants a task's history to say beside the journal's own moves is
+``journal_note`` (:func:`task_note`). An entry is never updated or deleted afterwards.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
+from uuid import UUID
 
-from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection
-
-from journal.models import Entry, EntryKind
+from journal.calls import call
+from journal.models import EntryKind
 
 
-def entry(
+def note(kind: EntryKind, *, actor: str = "", **data: Any) -> dict[str, Any]:
+    """A note about a step, for a move that takes notes (``p_notes``) to write beside it."""
+    return {"kind": str(kind), "actor": actor, "data": data}
+
+
+def task_note(
     *,
-    kind: EntryKind,
-    task_id: Any,
+    task_id: UUID,
+    actor: str,
+    action: str,
     step_id: int | None = None,
-    actor: str = "",
-    **data: Any,
-) -> Entry:
-    """An unsaved entry, for :func:`entries_add` to write."""
-    return Entry(task_id=task_id, step_id=step_id, kind=kind, actor=actor, data=data)
-
-
-def entries_json(entries: Iterable[Entry]) -> str:
-    """Entries as ``journal_entries_add`` and ``journal_settle``'s ``p_extra`` take them."""
-    return json.dumps(
-        [
-            {
-                "task": str(e.task_id),
-                "step": e.step_id,
-                "kind": str(e.kind),
-                "actor": e.actor,
-                "data": e.data,
-            }
-            for e in entries
-        ],
-        cls=DjangoJSONEncoder,
-    )
-
-
-def entries_add(*entries: Entry) -> None:
-    """Write ``entries``, in order, in one statement (nothing when there are none)."""
-    if not entries:
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT journal_entries_add(p_entries => %s::jsonb)", [entries_json(entries)]
+    data: Mapping[str, Any] | None = None,
+) -> int:
+    """A note on a task's history by a person or an app (``journal_note``): an operator
+    action of its own (none of the journal's moves), optionally about one of its steps.
+    Returns the entry's id."""
+    return int(
+        call(
+            "journal_note",
+            task=task_id,
+            actor=actor,
+            action=action,
+            data=dict(data or {}),
+            step=step_id,
         )
+    )

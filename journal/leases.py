@@ -1,23 +1,31 @@
 """One runner per task (docs/design.md §11): a lease in PostgreSQL, judged by its clock.
 
-Taking the lease increments the task's token. Every journal write made under a lease
-starts with the fence (``journal_fence``, journal/sql; :func:`fence` from Python), which
-checks the token and extends the lease in one statement,
-and holds the task's row lock until the write commits — so a runner whose lease was taken
-over can write nothing, and a takeover cannot slip between a holder's check and commit.
+Taking the lease (``journal_lease_take``) increments the task's token. Every move made under
+a lease is a journal function that starts with the lease check (``journal_hold``, journal/sql):
+it checks the token, extends the lease and holds the task's row lock until the move commits,
+so a runner whose lease was taken over can write nothing, and a takeover cannot slip between
+a holder's check and its commit. :func:`lease_call` makes such a move from Python: the lease
+and the settlement the holder held back (below) go with every one of them.
+
+**The settlement held back** (docs/design.md §4, "One commit per step"): the runner settles
+the step it just attempted with the next move it makes, in one statement, rather than on its
+own. :func:`hold_back` keeps it on the lease; whichever lease move comes next carries it
+(``p_settles``) and writes it first, so it is durable before anything else the holder writes,
+and the runner's read of its task writes it before reading (:func:`settle_held`). Nobody has
+to remember to write it first: it is part of every lease move's call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection
+from django.core.serializers.json import DjangoJSONEncoder
 
-from journal.db import prepared_cursor
+from journal.calls import call
 
 
 class LeaseLost(Exception):
@@ -28,6 +36,11 @@ class LeaseLost(Exception):
         return cls(f"task {lease.task_id}: lease {lease.token} of {lease.owner} was taken over")
 
 
+class TaskMoved(Exception):
+    """The lease is still ours, but someone else changed the task (a person, a conflicting
+    report): nothing was recorded; read the task again before deciding anything."""
+
+
 @dataclass
 class Lease:
     task_id: UUID
@@ -35,52 +48,86 @@ class Lease:
     token: int
     failed_runs: int = 0
     """Runs of the task taken up before this one since the last that ended cleanly."""
-    versions: list[int] = field(default_factory=list, compare=False)
-    """The task's version after each of this holder's writes, in order: a gap means a write
-    that was not the holder's (a webhook, a person) came in between."""
+    version: int = 0
+    """The task's version after the holder's last write (or read)."""
+    interrupted: bool = field(default=False, compare=False)
+    """Someone else (a provider's notification, a person) wrote to the task since the holder
+    last read it: a write of the holder's found the version moved on."""
     released: bool = field(default=False, compare=False)
     """Given back already, with the write that ended the run (a task finished, waiting...)."""
     task: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     """The task's row as taking the lease found it (and ``db_now``): read with the lease."""
-    deferred: Deferred | None = field(default=None, compare=False, repr=False)
-    """A settlement the holder has not written yet: it goes with the next step's record, in
-    one commit (journal.run), or before any other write or read of the holder's."""
+    held: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """A settlement the holder has not written yet (journal_hold's p_settles): it goes with
+    the holder's next move, in the same statement."""
 
+    def wrote(self, version_was: Any, version: Any) -> None:
+        """A move of the holder's left the task at ``version``; before it, the task was at
+        ``version_was``: if that is not the holder's last, someone else wrote in between."""
+        if version_was is not None and int(version_was) != self.version:
+            self.interrupted = True
+        if version is not None:
+            self.version = int(version)
 
-@dataclass
-class Deferred:
-    """A step's settlement held back by its runner until its next write (docs/design.md §4,
-    "One commit per step"). ``params`` are journal_settle's; ``write`` writes it alone."""
-
-    step_id: int
-    params: dict[str, Any]
-    write: Callable[[], object]
-
-
-def deferred_write(lease: Lease, *, seconds: float | None = None) -> None:
-    """Write the settlement ``lease``'s holder held back, if any, before anything else the
-    holder writes or reads: every write under a lease starts here (the fence, the lease's
-    release, a status change, a record, a finish) and so does the runner's read of its task.
-    ``seconds`` stretches the lease in the same statement (a slow planner's budget)."""
-    held, lease.deferred = lease.deferred, None
-    if held is None:
-        return
-    if seconds is not None:
-        held.params["lease"] = seconds
-    held.write()
-
-
-@dataclass(frozen=True)
-class Fenced:
-    """What the fence saw of the task, under its row lock."""
-
-    step_count: int
-    status: str
-    version: int
+    def read(self, version: int) -> None:
+        """The holder read the task, at ``version``: what it knows is current."""
+        self.version, self.interrupted = version, False
 
 
 def lease_seconds() -> float:
     return float(settings.JOURNAL_LEASE_SECONDS)
+
+
+def hold_back(lease: Lease, *, step_id: int, state: str, detail: str, outcome: Any,
+              entry: Any) -> None:
+    """Keep the settlement of ``step_id`` (the attempt just made) on ``lease``, for the
+    holder's next move to write first (journal_hold's p_settles)."""
+    if lease.held is not None:
+        raise ValueError("a settlement is held back already: the move between was not made")
+    lease.held = {
+        "step": step_id,
+        "state": state,
+        "detail": detail,
+        "outcome": outcome,
+        "entry": entry,
+    }
+
+
+def lease_call(lease: Lease, function: str, *, seconds: float | None = None, **kwargs: Any) -> Any:
+    """Make the lease move ``function`` (a journal function taking ``p_task``, ``p_token``,
+    ``p_lease`` and ``p_settles``) under ``lease``: the settlement held back goes with it.
+
+    Returns the function's row. Raises :class:`LeaseLost` when it returned none (the lease
+    was taken over: nothing was written), and :class:`TaskMoved` when the settlement held
+    back met a report that contradicted it (the conflict is recorded; the move was not
+    made). Once the statement has run, the settlement is no longer held, whatever became of
+    it; if it raised, it still is, for the next move."""
+    held = lease.held
+    params: dict[str, Any] = {
+        "task": lease.task_id,
+        "token": lease.token,
+        "lease": seconds if seconds is not None else lease_seconds(),
+        **kwargs,
+    }
+    if held is not None:
+        params["settles"] = json.dumps(held, cls=DjangoJSONEncoder)
+    row = call(function, **params)
+    lease.held = None
+    if row is None:
+        raise LeaseLost.of(lease)
+    if isinstance(row, dict):
+        lease.wrote(row.get("version_was"), row.get("task_version"))
+        if row.get("settled") == "conflict":
+            lease.interrupted = True
+            raise TaskMoved(f"step {held and held['step']} was settled otherwise meanwhile")
+    return row
+
+
+def settle_held(lease: Lease, *, seconds: float | None = None) -> None:
+    """Write the settlement held back on its own, if there is one (the runner's read of its
+    task, a planner that takes time: ``seconds`` stretches the lease in the same statement)."""
+    if lease.held is not None or seconds is not None:
+        lease_call(lease, "journal_lease_renew", seconds=seconds)
 
 
 def lease_acquire(*, task_id: UUID, owner: str, seconds: float | None = None) -> Lease | None:
@@ -89,68 +136,38 @@ def lease_acquire(*, task_id: UUID, owner: str, seconds: float | None = None) ->
     Counts the run as failed until :func:`lease_release` says it ended cleanly: a runner that
     dies (SIGKILL, a lost database) leaves the count up, and the next runner sees it.
     """
-    # Prepared once a session (journal/db.py), as the journal's own statements are: planning
-    # it on the partitioned table costs more than running it (docs/design.md §17).
-    with prepared_cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE journal_task
-               SET lease_token = lease_token + 1,
-                   lease_owner = %s,
-                   lease_expires_at = now() + make_interval(secs => %s),
-                   lease_taken_at = now(),
-                   failed_runs = failed_runs + 1
-             WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at <= now())
-         RETURNING journal_task.*, now() AS db_now
-            """,
-            [owner, seconds if seconds is not None else lease_seconds(), task_id],
-        )
-        row = cursor.fetchone()
-        columns = [c.name for c in cursor.description] if row is not None else []
+    row = call(
+        "journal_lease_take",
+        task=task_id,
+        owner=owner,
+        lease=seconds if seconds is not None else lease_seconds(),
+    )
     if row is None:
         return None
-    task = dict(zip(columns, row, strict=True))
+    task = dict(row)
+    # Taken at the database's now, in the same statement: the clock the run decides by.
+    task["db_now"] = task["lease_taken_at"]
     return Lease(
         task_id=task_id,
         owner=owner,
         token=task["lease_token"],
         failed_runs=task["failed_runs"] - 1,
+        version=task["version"],
         task=task,
     )
 
 
-def fence(lease: Lease, *, seconds: float | None = None) -> Fenced:
-    """Inside a write transaction: prove the lease is still ours and extend it
-    (``journal_fence``, the one lease check, which the journal's SQL functions call too).
-
-    Returns the task's step count and status. Raises :class:`LeaseLost` if the token has
-    moved on. ``seconds`` stretches the lease further than usual (a slow planner).
-    """
-    deferred_write(lease)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT * FROM journal_fence(p_task => %s::uuid, p_token => %s::bigint, "
-            "p_lease => %s::float8)",
-            [lease.task_id, lease.token, seconds if seconds is not None else lease_seconds()],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        raise LeaseLost.of(lease)
-    lease.versions.append(int(row[2]))
-    return Fenced(step_count=int(row[0]), status=str(row[1]), version=int(row[2]))
-
-
 def lease_release(lease: Lease, *, clean: bool = True) -> None:
     """Give the lease up early (a crashed runner's lease simply expires). ``clean`` says the
-    run ended as it should (finished, waiting, handed to a human): the failure count resets."""
-    deferred_write(lease)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE journal_task
-               SET lease_expires_at = NULL, lease_owner = '',
-                   failed_runs = CASE WHEN %s THEN 0 ELSE failed_runs END
-             WHERE id = %s AND lease_token = %s
-            """,
-            [clean, lease.task_id, lease.token],
-        )
+    run ended as it should (finished, waiting, handed to a human): the failure count resets.
+    A settlement held back is written first."""
+    held = lease.held
+    call(
+        "journal_lease_release",
+        task=lease.task_id,
+        token=lease.token,
+        clean=clean,
+        settles=json.dumps(held, cls=DjangoJSONEncoder) if held is not None else None,
+    )
+    lease.held = None
+    lease.released = True

@@ -109,6 +109,41 @@ class StepKind(models.TextChoices):
     """The decision that the task is over."""
 
 
+class Status(models.Model):
+    """A task's status as the database knows it: its label for sentences, and whether a task
+    in it is over. Written from :class:`TaskStatus` and ``journal.status.FINAL`` by
+    ``journal.status.status_machine_sync`` (migrations); read by the journal's functions."""
+
+    status = models.CharField(max_length=20, primary_key=True, choices=TaskStatus)
+    label = models.CharField(max_length=50)
+    final = models.BooleanField()
+
+    class Meta:
+        db_table = "journal_status"
+
+    def __str__(self) -> str:
+        return self.status
+
+
+class StatusMove(models.Model):
+    """One move of a task's state machine (``journal.status.TRANSITIONS``, written here by
+    ``journal.status.status_machine_sync``): ``journal_transition`` makes no other."""
+
+    from_status = models.CharField(max_length=20, choices=TaskStatus)
+    to_status = models.CharField(max_length=20, choices=TaskStatus)
+
+    class Meta:
+        db_table = "journal_status_move"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["from_status", "to_status"], name="journal_status_move_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.from_status} -> {self.to_status}"
+
+
 class TaskQuerySet(models.QuerySet["Task"]):
     def needing_attention(self) -> TaskQuerySet:
         return self.filter(status=TaskStatus.NEEDS_HUMAN)
@@ -150,6 +185,12 @@ class Task(models.Model):
     # Runs taken up since the last one that ended cleanly: a task whose runs keep dying
     # (a crashing worker, a lost database) is handed to a human instead of re-run forever.
     failed_runs = CountField(default=0)
+    # How it ended, once it has (finished, cancelled, compensated; '' until then), kept when a
+    # later report hands it to a person: finished means finished, so it never runs again and
+    # goes back to this when resumed (journal/sql/journal_transition).
+    ended_as = models.CharField(
+        max_length=20, choices=TaskStatus, blank=True, default="", db_default=""
+    )
 
     objects = TaskQuerySet.as_manager()
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from django.db.models.functions import Now
 
-from journal.entries import entry
+from journal.entries import note
 from journal.leases import Lease
-from journal.models import Attention, Entry, EntryKind, Step
+from journal.models import Attention, EntryKind, Step
 from journal.outcomes import (
     SETTLED_STATES,
     Interrupted,
@@ -63,8 +63,8 @@ def _attempt_facts(attempt: int, observation: Observation, outcome: Outcome) -> 
     }
 
 
-def _attempt_ended(step: Step, facts: dict[str, Any]) -> Entry:
-    return entry(kind=EntryKind.ATTEMPT_ENDED, task_id=step.task_id, step_id=step.pk, **facts)
+def _attempt_ended(facts: dict[str, Any]) -> dict[str, Any]:
+    return note(EntryKind.ATTEMPT_ENDED, **facts)
 
 
 def step_perform(
@@ -97,7 +97,7 @@ def step_perform(
             step_id=step.pk, outcome=outcome, via="attempt", lease=lease, attempt=facts, defer=defer
         )
         return outcome
-    ended = _attempt_ended(step, facts)
+    ended = _attempt_ended(facts)
     if outcome.data.get("bug"):
         # The provider says the key was used with other arguments. Arguments are frozen, so
         # this is a bug of ours, and the first use may have acted: a person must look.
@@ -106,7 +106,7 @@ def step_perform(
             step=step,
             outcome=outcome,
             next_check_in=None,
-            extra=[ended],
+            notes=[ended],
             give_up=(
                 Attention.KEY_MISUSED,
                 f"step {step.key} ({step.tool}): {outcome.detail}; a person must check with the "
@@ -121,7 +121,7 @@ def step_perform(
             step=step,
             outcome=outcome,
             next_check_in=None,
-            extra=[ended],
+            notes=[ended],
             give_up=(
                 Attention.MISCONFIGURED,
                 f"step {step.key} ({step.tool}): {outcome.detail}. Fix the configuration, then "
@@ -129,7 +129,7 @@ def step_perform(
             ),
         )
     else:
-        _unknown(lease=lease, step=step, outcome=outcome, policy=policy, extra=[ended])
+        _unknown(lease=lease, step=step, outcome=outcome, policy=policy, notes=[ended])
     return outcome
 
 
@@ -139,7 +139,7 @@ def _unknown(
     step: Step,
     outcome: Outcome,
     policy: Policy,
-    extra: list[Entry],
+    notes: list[dict[str, Any]],
     count_round: bool = False,
     give_up: tuple[Attention, str] | None = None,
 ) -> None:
@@ -156,16 +156,14 @@ def _unknown(
         step=step,
         outcome=outcome,
         next_check_in=delay,
-        extra=extra,
+        notes=notes,
         give_up=give_up,
         count_round=count_round,
     )
 
 
-def _lookup_entries(step: Step, fact: dict[str, Any] | None) -> list[Entry]:
-    if fact is None:
-        return []
-    return [entry(kind=EntryKind.LOOKUP, task_id=step.task_id, step_id=step.pk, **fact)]
+def _lookup_notes(fact: dict[str, Any] | None) -> list[dict[str, Any]]:
+    return [] if fact is None else [note(EntryKind.LOOKUP, **fact)]
 
 
 def step_reconcile(
@@ -185,7 +183,6 @@ def step_reconcile(
     if tool is None:
         task_flag(
             lease=lease,
-            task_id=step.task_id,
             step_id=step.pk,
             code=Attention.TOOL_MISSING,
             reason=f"step {step.key} is {fresh.state} and its tool {step.tool!r} is not "
@@ -219,7 +216,7 @@ def step_reconcile(
             outcome=found,
             via="lookup",
             lease=lease,
-            extra=_lookup_entries(fresh, lookup_fact),
+            notes=_lookup_notes(lookup_fact),
             lookup=True,  # a reconciliation round, counted like one that did not settle it
         )
         return StepState(found.state)
@@ -244,7 +241,7 @@ def step_reconcile(
         step=fresh,
         outcome=outcome,
         policy=policy,
-        extra=_lookup_entries(fresh, lookup_fact),
+        notes=_lookup_notes(lookup_fact),
         count_round=True,
         give_up=give_up,
     )

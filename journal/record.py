@@ -10,18 +10,16 @@ from dataclasses import dataclass
 from typing import Any, cast
 from uuid import UUID
 
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, connection, transaction
 
-from journal.db import prepared_cursor
+from journal.calls import NotUsable, Row, call
 from journal.keys import UnsafeName, object_key, object_label, task_id_new, undo_key
-from journal.leases import Deferred, Lease, LeaseLost, deferred_write, lease_seconds
+from journal.leases import Lease, TaskMoved, lease_call, settle_held
 from journal.models import (
     GUARD_CONSTRAINT,
     ONCE_CONSTRAINT,
     UNDO_CONSTRAINT,
     Approval,
-    ApprovalState,
     EntryKind,
     ObjectLive,
     ObjectOnce,
@@ -43,100 +41,10 @@ from journal.protocols import (
     TaskFacts,
     Tool,
 )
-from journal.sagas import ApprovalNotUsable, digest
-from journal.settle import settled_otherwise
+from journal.sagas import ApprovalNotUsable
 from journal.summary import evidence_label
 
 TASK_CONSTRAINTS = (GUARD_CONSTRAINT, ONCE_CONSTRAINT, UNDO_CONSTRAINT)
-
-# journal_task_create (journal/sql): the task's row and its first entry.
-TASK_CREATE = (
-    "SELECT journal_task_create(p_task => %s::jsonb, p_entry => %s::jsonb, p_actor => %s::text)"
-)
-# journal_record (journal/sql): fence, number, insert the step (or its refusal) and its entry.
-RECORD = (
-    "SELECT * FROM journal_record(p_task => %(task)s::uuid, p_token => %(token)s::bigint, "
-    "p_lease => %(lease)s::float8, p_tool => %(tool)s::text, p_args => %(args)s::jsonb, "
-    "p_decision => %(decision)s::jsonb, p_entry => %(entry)s::jsonb, "
-    "p_forward => %(forward)s::boolean, p_cost => %(cost)s::text, p_guard => %(guard)s::text, "
-    "p_guard_key => %(guard_key)s::text, p_once => %(once)s::boolean, "
-    "p_offsets => %(offsets)s::integer, p_retries => %(retries)s::integer, "
-    "p_undo_tool => %(undo_tool)s::text, p_trusted => %(trusted)s::float8, "
-    "p_lookup => %(lookup)s::float8, p_key => %(key)s::text, p_refusal => %(refusal)s::text, "
-    "p_detail => %(detail)s::text, p_outcome => %(outcome)s::jsonb, "
-    "p_entry_kind => %(entry_kind)s::text)"
-)
-# journal_settle_record (journal/sql): the settlement the runner held back, then the record.
-SETTLE_RECORD = (
-    "SELECT * FROM journal_settle_record(p_step => %(s_step)s::bigint, "
-    "p_state => %(s_state)s::text, p_detail => %(s_detail)s::text, "
-    "p_outcome => %(s_outcome)s::jsonb, p_settled => %(s_entry)s::jsonb, "
-    "p_task => %(task)s::uuid, p_token => %(token)s::bigint, "
-    "p_lease => %(lease)s::float8, p_tool => %(tool)s::text, p_args => %(args)s::jsonb, "
-    "p_decision => %(decision)s::jsonb, p_entry => %(entry)s::jsonb, "
-    "p_forward => %(forward)s::boolean, p_cost => %(cost)s::text, p_guard => %(guard)s::text, "
-    "p_guard_key => %(guard_key)s::text, p_once => %(once)s::boolean, "
-    "p_offsets => %(offsets)s::integer, p_retries => %(retries)s::integer, "
-    "p_undo_tool => %(undo_tool)s::text, p_trusted => %(trusted)s::float8, "
-    "p_lookup => %(lookup)s::float8)"
-)
-# journal_settle_finish (journal/sql): the settlement the runner held back, then the finish.
-SETTLE_FINISH = (
-    "SELECT * FROM journal_settle_finish(p_step => %(s_step)s::bigint, "
-    "p_state => %(s_state)s::text, p_detail => %(s_detail)s::text, "
-    "p_outcome => %(s_outcome)s::jsonb, p_settled => %(s_entry)s::jsonb, "
-    "p_task => %(task)s::uuid, p_token => %(token)s::bigint, p_lease => %(lease)s::float8, "
-    "p_to => %(to)s::text, p_shortfall => %(shortfall)s::boolean, "
-    "p_summary => %(detail)s::text, p_finished => %(outcome)s::jsonb, "
-    "p_decision => %(decision)s::jsonb, p_entry => %(entry)s::jsonb)"
-)
-# journal_finish (journal/sql): fence, number, finish the task and give the lease back,
-# insert the finish step.
-FINISH = (
-    "SELECT * FROM journal_finish(p_task => %(task)s::uuid, p_token => %(token)s::bigint, "
-    "p_lease => %(lease)s::float8, p_to => %(to)s::text, p_shortfall => %(shortfall)s::boolean, "
-    "p_detail => %(detail)s::text, p_outcome => %(outcome)s::jsonb, "
-    "p_decision => %(decision)s::jsonb, p_entry => %(entry)s::jsonb)"
-)
-
-
-def _record_params(
-    lease: Lease,
-    *,
-    tool: str,
-    args: Any,
-    decision: Any,
-    args_text: str | None = None,
-    decision_text: str | None = None,
-    **more: Any,
-) -> dict[str, Any]:
-    """journal_record's arguments, its defaults filled in. ``args_text`` and ``decision_text``:
-    the JSON they were frozen as, when the caller has it (not written out again)."""
-    return {
-        "task": lease.task_id,
-        "token": lease.token,
-        "lease": lease_seconds(),
-        "tool": tool,
-        "args": json.dumps(args) if args_text is None else args_text,
-        "decision": json.dumps(decision) if decision_text is None else decision_text,
-        "forward": True,
-        "cost": "",
-        "guard": None,
-        "guard_key": None,
-        "once": False,
-        "offsets": None,
-        "retries": 0,
-        "undo_tool": "",
-        "trusted": 0.0,
-        "lookup": 0.0,
-        "key": None,
-        "refusal": "",
-        "detail": "",
-        "outcome": "{}",
-        "entry_kind": EntryKind.STEP_RECORDED.value,
-        **more,
-    }
-
 
 @dataclass(frozen=True)
 class Checked:
@@ -214,19 +122,6 @@ def decision_check(
     )
 
 
-class TaskMoved(Exception):
-    """The lease is still ours, but someone else changed the task (a person, a conflicting
-    report): nothing was recorded; read the task again before deciding anything."""
-
-
-def not_recorded(lease: Lease) -> Exception:
-    """Why a fenced statement changed nothing: the lease was taken over, or the task moved."""
-    token = Task.objects.filter(pk=lease.task_id).values_list("lease_token", flat=True).first()
-    if token != lease.token:
-        return LeaseLost.of(lease)
-    return TaskMoved(f"task {lease.task_id} changed under its runner")
-
-
 def _json(value: Any) -> Any:
     return _frozen(value)[0]
 
@@ -266,23 +161,26 @@ def task_create(
         refs=_json(dict(refs or {})),
         plan=_json(plan or []),
     )
-    # The row as the model makes it, its defaults filled in; when it was made is the
-    # database's to say.
-    row = {
-        field.column: getattr(task, field.attname)
-        for field in Task._meta.concrete_fields
-        if field.attname != "created_at"
-    }
     data = {"goal": goal, **({"plan": task.plan} if task.plan else {})}
-    with prepared_cursor() as cursor:
-        cursor.execute(
-            TASK_CREATE,
-            [json.dumps(row, cls=DjangoJSONEncoder), json.dumps(data), actor],
-        )
-        (task.created_at,) = cursor.fetchone()
+    task.created_at = call(
+        "journal_task_create",
+        id=task.id,
+        kind=kind,
+        goal=goal,
+        refs=task.refs,
+        plan=task.plan,
+        entry=data,
+        actor=actor,
+    )
     task._state.adding = False
     task._state.db = connection.alias
     return task
+
+
+def not_recorded(lease: Lease) -> Exception:
+    """Why a record or finish wrote nothing though the lease held: the task moved (no longer
+    runnable, unwinding, or a report contradicted the settlement held back)."""
+    return TaskMoved(f"task {lease.task_id} changed under its runner")
 
 
 def step_record(
@@ -299,16 +197,18 @@ def step_record(
 ) -> Step:
     """Record a decided call and start its first attempt, in one commit, before any call.
 
-    The key is derived here from the step's id; nothing in ``decision`` can set it. A
-    decision is recorded ``not_done``, and never runs, when it names an unknown tool, its
-    arguments are invalid, the task's ``rules`` refuse it (``facts`` are what they judge
+    The key is derived from the step's id (journal_step_key); nothing in ``decision`` can set
+    it. A decision is recorded ``not_done``, and never runs, when it names an unknown tool,
+    its arguments are invalid, the task's ``rules`` refuse it (``facts`` are what they judge
     by), or the object's guard refuses it (another effect live, or its once-only effect
     already done). Returns the step; it is ``pending`` exactly when the caller must now
-    perform it.
+    perform it. The settlement its runner held back goes first, in the same statement.
 
     ``undo_of`` makes the step a saga's compensation of that earlier step: linked to it and
     keyed from its key. ``approval`` is the person's approval of exactly this call: it is used
-    up in the same commit (:class:`~journal.sagas.ApprovalNotUsable` if it no longer can be).
+    up in the same statement (:class:`~journal.sagas.ApprovalNotUsable` if it no longer can
+    be). Raises :class:`~journal.leases.TaskMoved` when the task moved and nothing was
+    recorded, :class:`~journal.leases.LeaseLost` when the lease was taken over.
     """
     if rules is not None and undo_of is None and facts is None:
         from journal.selectors import task_facts_by_id
@@ -317,15 +217,6 @@ def step_record(
     checked = decision_check(
         decision=decision, tools=tools, rules=None if undo_of else rules, facts=facts
     )
-    unsettled = lease.deferred
-    if unsettled is not None and (
-        checked.refused is not None
-        or undo_of is not None
-        or approval is not None
-        or connection.in_atomic_block
-    ):
-        deferred_write(lease)  # only a plain record carries the settlement held back
-        unsettled = None
     raw, raw_text = _frozen_or_repr(decision.raw)
     refuse = _Refuser(lease=lease, decision=decision, args=checked.args, raw=raw, retries=retries)
     if checked.refused is not None:
@@ -335,85 +226,37 @@ def step_record(
     guard, guard_key = checked.guard, checked.guard_key
     once = bool(guard_key) and tool.once(args)
     trusted = tool.key_lifetime * (1.0 - policy.key_margin)
-    params = _record_params(
-        lease,
-        tool=tool.name,
-        args=args,
-        decision=raw,
-        args_text=checked.args_text,
-        decision_text=raw_text,
-        forward=undo_of is None,
-        cost=str(tool.cost),
-        guard=guard,
-        guard_key=guard_key,
-        once=once,
-        offsets=offsets,
-        retries=retries,
-        undo_tool=tool.compensation or "",
-        trusted=trusted.total_seconds(),
-        lookup=(tool.key_lifetime + tool.lookup_lag).total_seconds(),
-        key=undo_key(undo_of.key, retries) if undo_of is not None else None,
+    params: dict[str, Any] = {
+        "tool": tool.name,
+        "args": checked.args_text if checked.args_text is not None else args,
+        "decision": raw_text if raw_text is not None else raw,
         # The step's row holds what was decided, frozen (its tool, arguments, object, once,
         # undo link, retries): its entry says only that it was recorded, with its key and its
         # first attempt (journal_record adds them), not all of that a second time.
-        entry="{}",
-    )
-    try:
-        # One statement, so one round trip and its own commit (a savepoint inside a caller's
-        # transaction, so a refusal by the database leaves that transaction usable).
-        with (
-            transaction.atomic()
-            if approval is not None or connection.in_atomic_block
-            else (nullcontext())
-        ):
-            if unsettled is not None:
-                row = _settle_and_write(lease, unsettled, params, SETTLE_RECORD)
-            else:
-                with prepared_cursor() as cursor:
-                    cursor.execute(RECORD, params)
-                    row = cursor.fetchone()
-            if row is None:
-                raise not_recorded(lease)
-            step = Step.written(
-                id=row[0],
-                task_id=lease.task_id,
-                n=row[1],
-                kind=StepKind.CALL,
-                tool=tool.name,
-                args=args,
-                key=row[2],
-                cost=tool.cost,
-                guard=guard,
-                guard_key=guard_key,
-                once=once,
-                retries=retries,
-                undo_tool=tool.compensation or "",
-                state=StepState.PENDING,
-                attempts=1,
-                lookups=0,
-                decision=raw,
-            )
-            lease.versions.append(int(row[3]))
-            step.offsets_n = offsets  # type: ignore[attr-defined]
-            if approval is not None:
-                used = Approval.objects.filter(
-                    pk=approval.pk,
-                    state=ApprovalState.APPROVED,
-                    digest=digest(tool.name, args),
-                ).update(state=ApprovalState.USED, used_by=step)
-                if not used:
-                    raise ApprovalNotUsable(f"approval {approval.pk} is not for this call now")
-    except IntegrityError as exc:
-        constraint = next((c for c in TASK_CONSTRAINTS if c in str(exc)), None)
-        if constraint is None:
-            raise
-        if unsettled is not None:
-            # The guard refused the record, so nothing was written: the settlement goes
-            # first on its own, then the refusal.
-            lease.deferred = unsettled
-            deferred_write(lease)
+        "entry": {},
+        "forward": undo_of is None,
+        "cost": str(tool.cost),
+        "guard": guard,
+        "guard_key": guard_key,
+        "once": once,
+        "offsets": offsets,
+        "retries": retries,
+        "undo_tool": tool.compensation or "",
+        "trusted": trusted.total_seconds(),
+        "lookup": (tool.key_lifetime + tool.lookup_lag).total_seconds(),
+        "key": undo_key(undo_of.key, retries) if undo_of is not None else None,
+        "approval": approval.pk if approval is not None else None,
+    }
+    row = _record(lease, params)
+    if isinstance(row, str) and lease.held is not None:
+        # A guard refused it, and nothing was written, the settlement held back included:
+        # that goes first on its own (the claim in the way may have been its own step's),
+        # then the record is asked for again.
+        settle_held(lease)
+        row = _record(lease, params)
+    if isinstance(row, str):
         code, reason, held = _guard_refusal(
-            constraint,
+            row,
             tool=tool,
             guard=guard,
             guard_key=guard_key,
@@ -421,43 +264,47 @@ def step_record(
             task_id=lease.task_id,
         )
         return refuse(code, reason, guard=guard, guard_key=guard_key, **held)
+    if row.step_id is None:
+        raise not_recorded(lease)
+    step = Step.written(
+        id=row.step_id,
+        task_id=lease.task_id,
+        n=row.step_n,
+        kind=StepKind.CALL,
+        tool=tool.name,
+        args=args,
+        key=row.step_key,
+        cost=tool.cost,
+        guard=guard,
+        guard_key=guard_key,
+        once=once,
+        retries=retries,
+        undo_tool=tool.compensation or "",
+        state=StepState.PENDING,
+        attempts=1,
+        lookups=0,
+        decision=raw,
+    )
+    step.offsets_n = offsets  # type: ignore[attr-defined]
     return step
 
 
-def _settle_and_write(
-    lease: Lease, held: Deferred, params: dict[str, Any], statement: str
-) -> tuple[Any, ...] | None:
-    """journal_settle_record or journal_settle_finish (``statement``): the step settled by
-    the attempt the runner made (``held``) and the next step's record or the finish, in one
-    statement and one commit. Returns the written step's row (step id, number, key, task
-    version) like journal_record's and journal_finish's, or None if nothing was written
-    because the lease was lost or the task moved. A step that had settled otherwise
-    meanwhile is a conflict, recorded as any other report's, and the task is read again."""
-    lease.deferred = None
-    settle = held.params
-    with prepared_cursor() as cursor:
-        cursor.execute(
-            statement,
-            {
-                **params,
-                **{f"s_{k}": settle[k] for k in ("step", "state", "detail", "outcome")},
-                "s_entry": settle["entry"],
-            },
-        )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    changed, settled_version, settled_state, settled_key, step_id, n, key, version = row
-    if step_id is None:
-        # Settled alone. Recorded as well, both wrote the one version the record returns.
-        lease.versions.append(int(settled_version))
-    if not changed:
-        settled_otherwise(settle, state=settled_state, key=settled_key, task_id=lease.task_id)
-        if settled_state != settle["state"]:
-            raise TaskMoved(f"step {settled_key} was settled {settled_state} meanwhile")
-    if step_id is None:
-        return None
-    return (step_id, n, key, version)
+def _record(lease: Lease, params: dict[str, Any]) -> Row | str:
+    """journal_record under ``lease``; or, when a guard refused it (and nothing was
+    written), the name of the guard's constraint."""
+    try:
+        # A savepoint inside a caller's transaction, so that a refusal by the database
+        # leaves that transaction usable for the refusal's own record.
+        with transaction.atomic() if connection.in_atomic_block else nullcontext():
+            row: Row = lease_call(lease, "journal_record", **params)
+            return row
+    except NotUsable as exc:
+        raise ApprovalNotUsable(str(exc)) from exc
+    except IntegrityError as exc:
+        constraint = next((c for c in TASK_CONSTRAINTS if c in str(exc)), None)
+        if constraint is None:
+            raise
+        return constraint
 
 
 def _guard_refusal(
@@ -556,35 +403,32 @@ class _Refuser:
         }.get(code, EntryKind.DECISION_REFUSED)
         known = _json_or_repr(facts)
         outcome = {"proof": reason, "refusal": str(code), **known}
-        params = _record_params(
+        tool = self.decision.tool[:100]
+        row = lease_call(
             self.lease,
-            tool=self.decision.tool[:100],
+            "journal_record",
+            tool=tool,
             args=self.args,
             decision=self.raw,
+            entry=outcome,
             guard=guard,
             guard_key=guard_key,
             retries=self.retries,
             refusal=str(code),
             detail=reason,
-            outcome=json.dumps(outcome),
-            entry=json.dumps({"proof": reason, "refusal": str(code), **known}),
+            outcome=outcome,
             entry_kind=kind.value,
         )
-        deferred_write(self.lease)
-        with prepared_cursor() as cursor:
-            cursor.execute(RECORD, params)
-            row = cursor.fetchone()
-        if row is None:
+        if row.step_id is None:
             raise not_recorded(self.lease)
-        self.lease.versions.append(int(row[3]))
         return Step(
-            pk=row[0],
+            pk=row.step_id,
             task_id=self.lease.task_id,
-            n=row[1],
+            n=row.step_n,
             kind=StepKind.CALL,
-            tool=params["tool"],
+            tool=tool,
             args=self.args,
-            key=row[2],
+            key=row.step_key,
             guard=guard,
             guard_key=guard_key,
             refusal=code,
@@ -609,32 +453,21 @@ def task_finish(
 
     ``summary`` is what the task says it did, built from the journal's facts; the planner's
     own words are kept beside it, never shown as the truth. ``to`` is ``compensated`` for a
-    saga whose every done effect was undone.
+    saga whose every done effect was undone. The settlement the runner held back goes first,
+    in the same statement, and the lease is given back with it.
     """
     outcome = {"evidence": {"summary": summary}, "planner_summary": decision.summary[:5000]}
-    raw = _json_or_repr(decision.raw)
-    params: dict[str, Any] = {
-        "task": lease.task_id,
-        "token": lease.token,
-        "lease": lease_seconds(),
-        "to": str(to),
-        "shortfall": shortfall,
-        "detail": summary,
-        "outcome": json.dumps(outcome),
-        "decision": json.dumps(raw),
-        "entry": json.dumps({"summary": summary}),
-    }
-    unsettled = lease.deferred
-    if unsettled is not None and not connection.in_atomic_block:
-        # The last settlement and the finish, in one commit (journal_settle_finish).
-        row = _settle_and_write(lease, unsettled, params, SETTLE_FINISH)
-    else:
-        deferred_write(lease)
-        with prepared_cursor() as cursor:
-            cursor.execute(FINISH, params)
-            row = cursor.fetchone()
-    if row is None:
+    row = lease_call(
+        lease,
+        "journal_finish",
+        to=str(to),
+        shortfall=shortfall,
+        detail=summary,
+        outcome=outcome,
+        decision=_json_or_repr(decision.raw),
+        entry={"summary": summary},
+    )
+    if row.step_id is None:
         raise not_recorded(lease)
-    lease.versions.append(int(row[3]))
     lease.released = True  # the run ends here: given back in the same statement
-    return int(row[0])
+    return int(row.step_id)

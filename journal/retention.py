@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import OperationalError, connection, connections, transaction
 
+from journal.calls import call
 from journal.models import Partition, Retention
 
 TABLES = ("journal_task", "journal_step", "journal_entry")
@@ -70,10 +71,7 @@ def retention_configure(
 def partitions_ensure(*, using: str = "default") -> int:
     """Make the partitions of now, the range before and the configured number ahead, as far
     as they are missing; how many were made. Anyone may (the app does, daily)."""
-    with connections[using].cursor() as cursor:
-        cursor.execute("SELECT journal_partitions_ensure()")
-        made: int = cursor.fetchone()[0]
-    return made
+    return int(call("journal_partitions_ensure", using=using))
 
 
 def partitions_due() -> list[Partition]:
@@ -94,10 +92,8 @@ def partitions_due() -> list[Partition]:
 
 def partition_expired(name: str) -> tuple[int, str | None]:
     """How many tasks partition ``name`` holds, and why it may not be dropped (None: it may)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT * FROM journal_partition_expired(p_name => %s)", [name])
-        tasks, reason = cursor.fetchone()
-    return int(tasks), reason
+    row = call("journal_partition_expired", name=name)
+    return int(row.tasks), row.reason
 
 
 def partition_drop(name: str) -> int | None:
@@ -105,9 +101,8 @@ def partition_drop(name: str) -> int | None:
     many tasks went, or None if it stays (also when the journal was too busy to be locked
     within the function's lock_timeout: the next run tries again)."""
     try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT journal_partition_drop(p_name => %s)", [name])
-            dropped = cursor.fetchone()[0]
+        with transaction.atomic():
+            dropped = call("journal_partition_drop", name=name)
     except OperationalError:  # lock_not_available
         return None
     return None if dropped is None else int(dropped)

@@ -30,10 +30,10 @@ from journal import moves
 from journal.leases import (
     Lease,
     LeaseLost,
-    deferred_write,
-    fence,
+    TaskMoved,
     lease_acquire,
     lease_release,
+    settle_held,
 )
 from journal.models import Attention, Entry, EntryKind, Step, Task, TaskStatus
 from journal.moves import MIN_BLOCKED_WAIT as MIN_BLOCKED_WAIT
@@ -43,7 +43,7 @@ from journal.outcomes import LIVE_STATES, StepState
 from journal.perform import step_perform, step_reconcile
 from journal.policy import DEFAULT_POLICY, Policy
 from journal.protocols import Call, Decision, Finish, Planner, Rules, StepFact, TaskFacts, Tool
-from journal.record import TaskMoved, decision_check, step_record, task_finish
+from journal.record import decision_check, step_record, task_finish
 from journal.sagas import (
     ApprovalNotUsable,
     approval_expire,
@@ -55,7 +55,7 @@ from journal.sagas import (
     saga_unwind,
 )
 from journal.selectors import task_open_step
-from journal.status import task_flag, task_transition
+from journal.status import task_await, task_flag, task_wait, task_wake
 from journal.summary import fell_short, task_summary
 from journal.view import View
 
@@ -181,11 +181,9 @@ def task_unbuildable(
         _release(lease, clean=True)
         return Advance(str(row.get("status") or "busy"))
     try:
-        task_transition(
+        task_flag(
             lease=lease,
-            task_id=task_id,
-            to=TaskStatus.NEEDS_HUMAN,
-            frm=[TaskStatus.RUNNABLE, TaskStatus.WAITING],
+            frm=(TaskStatus.RUNNABLE, TaskStatus.WAITING),
             code=Attention.MISCONFIGURED,
             reason=reason,
         )
@@ -215,7 +213,7 @@ def _run(
     except LeaseLost:
         # Taken over: a settlement held back is not ours to write any more; the new holder
         # finds the step pending and looks it up.
-        lease.deferred = None
+        lease.held = None
         return Advance("busy")
     except _Handover as handover:
         return _hand_over(lease, handover.code, handover.reason)
@@ -233,7 +231,7 @@ def _run(
 
 def _hand_over(lease: Lease, code: Attention, reason: str) -> Advance:
     try:
-        task_flag(lease=lease, task_id=lease.task_id, code=code, reason=reason, release=True)
+        task_flag(lease=lease, code=code, reason=reason, release=True)
     except LeaseLost:
         return Advance("busy")
     _release(lease, clean=True)
@@ -301,20 +299,14 @@ def _advance(
         reread = False  # after a write of its own that the view does not follow
         if isinstance(move, moves.AskPlanner):
             if move.expire is not None:
-                approval_expire(approval=move.expire, actor="harness")
+                approval_expire(lease=lease, approval=move.expire)
                 reread = True
             move = moves.on_decision(_decide(lease, planner, facts), ask=ask)
         match move:
             case moves.Stop(reason):
                 return Advance(reason, performed)
             case moves.WakeUp():
-                task_transition(
-                    lease=lease,
-                    task_id=lease.task_id,
-                    to=TaskStatus.RUNNABLE,
-                    frm=[TaskStatus.WAITING],
-                    reason="its time came",
-                )
+                task_wake(lease=lease, reason="its time came")
                 view = None
             case moves.Wait(until, why):
                 _wait(lease, until=until, why=why)
@@ -326,7 +318,7 @@ def _advance(
             case moves.HandOver(code, reason):
                 raise _Handover(code, reason)
             case moves.Unwind(reason):
-                saga_unwind(task_id=lease.task_id, reason=reason, lease=lease)
+                saga_unwind(lease=lease, reason=reason)
                 view = None
             case moves.Compensate(target, retries):
                 try:
@@ -357,14 +349,9 @@ def _advance(
                 return Advance("compensated", performed)
             case moves.AwaitApproval(held):
                 # Resumed while a decision is still awaited: wait for it again.
-                task_transition(
-                    lease=lease,
-                    task_id=lease.task_id,
-                    to=TaskStatus.AWAITING_APPROVAL,
-                    frm=[TaskStatus.RUNNABLE],
-                    reason=held.reason,
-                    approval=held.pk,
-                )
+                if not task_await(lease=lease, approval_id=held.pk):
+                    view = None
+                    continue
                 return Advance("awaiting_approval", performed)
             case moves.Finish(decision):
                 try:
@@ -409,7 +396,8 @@ def _advance(
                     continue
                 if step.state != StepState.PENDING:
                     if approval is not None:
-                        approval_spent(approval=approval, step=step)  # refused: never offered again
+                        # Refused: never offered again.
+                        approval_spent(lease=lease, approval=approval, step=step)
                     view = None  # refused: written the slow way; read it back
                     continue
                 # Settled at once, the outcome is committed with the next step's record (one
@@ -492,10 +480,7 @@ def _decide(lease: Lease, planner: Planner, facts: TaskFacts) -> Decision:
         # is written now, stretching the lease in the same statement: the truth is durable
         # while a model thinks, and a step still costs two writes, not three.
         stretch = budget.total_seconds() + float(settings.JOURNAL_LEASE_SECONDS)
-        if lease.deferred is not None:
-            deferred_write(lease, seconds=stretch)
-        else:
-            fence(lease, seconds=stretch)
+        settle_held(lease, seconds=stretch)
     try:
         return planner.decide(facts)
     except Exception as exc:  # any planner failure: nothing was decided, a person looks
@@ -568,12 +553,4 @@ class _Asked:
 
 
 def _wait(lease: Lease, *, until: datetime, why: str) -> None:
-    task_transition(
-        lease=lease,
-        task_id=lease.task_id,
-        to=TaskStatus.WAITING,
-        frm=[TaskStatus.RUNNABLE],
-        wake_at=until,
-        reason=f"waiting for {why}",
-        release=lease,
-    )
+    task_wait(lease=lease, until=until, reason=f"waiting for {why}")

@@ -15,53 +15,28 @@ approved, and the planner is not asked again.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
-from django.db.models import F
 from django.db.models.functions import Now
 
-from journal.entries import entries_add, entry
-from journal.leases import Lease, fence
-from journal.models import Approval, ApprovalState, EntryKind, Step, Task, TaskStatus
+from journal.leases import Lease, TaskMoved, lease_call
+from journal.models import Approval, ApprovalState, Step
 from journal.outcomes import StepState
 from journal.policy import Policy
 from journal.protocols import StepFact
-from journal.status import task_transition
 
 # Settled steps always have a time; this only orders a fact that somehow lacks one first.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def digest(tool: str, args: Mapping[str, Any]) -> str:
-    """What an approval is bound to: the tool and its exact arguments."""
-    canonical = json.dumps({"tool": tool, "args": args}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-# --- Unwinding ------------------------------------------------------------------------------
-
-
-def saga_unwind(*, task_id: UUID, reason: str, actor: str = "", lease: Lease | None = None) -> bool:
-    """From now on the saga compensates instead of going forward. Returns whether this call
-    started it (it may already be unwinding)."""
-    with transaction.atomic():
-        if lease is not None:
-            fence(lease)
-        started = Task.objects.filter(pk=task_id, unwinding=False).update(
-            unwinding=True, version=F("version") + 1
-        )
-        if started:
-            entries_add(
-                entry(kind=EntryKind.SAGA_UNWINDING, task_id=task_id, actor=actor, reason=reason)
-            )
-    return bool(started)
+def saga_unwind(*, lease: Lease, reason: str) -> bool:
+    """From now on the saga compensates instead of going forward (its runner, under its
+    lease). Returns whether this call started it (it may already be unwinding)."""
+    return bool(lease_call(lease, "journal_saga_unwind", reason=reason).started)
 
 
 @dataclass(frozen=True)
@@ -151,55 +126,32 @@ def approval_request(
     *, lease: Lease, tool: str, args: Mapping[str, Any], reason: str, ttl: timedelta
 ) -> Approval:
     """Hold the saga before this call until a person decides: the approval row, and the
-    task awaiting approval, in one commit."""
-    with transaction.atomic():
-        fence(lease)
-        approval = Approval.objects.create(
-            task_id=lease.task_id,
-            tool=tool,
-            args=dict(args),
-            digest=digest(tool, args),
-            reason=reason,
-            expires_at=Now() + ttl,
-        )
-        task_transition(
-            task_id=lease.task_id,
-            to=TaskStatus.AWAITING_APPROVAL,
-            frm=[TaskStatus.RUNNABLE],
-            reason=reason,
-            approval=approval.pk,
-            tool=tool,
-            digest=approval.digest,
-        )
-    approval.refresh_from_db()
-    return approval
+    task awaiting approval, in one statement (journal_approval_request), the lease given
+    back with it (the run ends here)."""
+    row = lease_call(
+        lease,
+        "journal_approval_request",
+        tool=tool,
+        args=dict(args),
+        reason=reason,
+        ttl=ttl.total_seconds(),
+    )
+    if row.approval is None:
+        raise TaskMoved(f"task {lease.task_id} is not runnable: nothing was held")
+    lease.released = True
+    return Approval.objects.get(pk=row.approval)
 
 
-def approval_expire(*, approval: Approval, actor: str = "") -> None:
-    """Mark an approval that was not decided or used in time as expired."""
-    with transaction.atomic():
-        expired = Approval.objects.filter(
-            pk=approval.pk, state__in=[ApprovalState.PENDING, ApprovalState.APPROVED]
-        ).update(state=ApprovalState.EXPIRED)
-        if expired:
-            entries_add(
-                entry(
-                    kind=EntryKind.APPROVAL_DECIDED,
-                    task_id=approval.task_id,
-                    actor=actor,
-                    approval=approval.pk,
-                    decision="expired",
-                    expires_at=approval.expires_at.isoformat(),
-                )
-            )
+def approval_expire(*, lease: Lease, approval: Approval) -> bool:
+    """Mark an approval that was not decided or used in time as expired (its runner, under
+    its lease). Returns whether it expired now."""
+    return bool(lease_call(lease, "journal_approval_expire", approval=approval.pk).expired)
 
 
-def approval_spent(*, approval: Approval, step: Step) -> None:
+def approval_spent(*, lease: Lease, approval: Approval, step: Step) -> None:
     """The approved call was recorded but refused (another effect on its object stood in the
     way): the approval is used up by that step, and the saga decides again."""
-    Approval.objects.filter(pk=approval.pk, state=ApprovalState.APPROVED).update(
-        state=ApprovalState.USED, used_by=step
-    )
+    lease_call(lease, "journal_approval_spend", approval=approval.pk, step=step.pk)
 
 
 class ApprovalNotUsable(Exception):
@@ -208,15 +160,4 @@ class ApprovalNotUsable(Exception):
 
 def effect_checked(*, lease: Lease, fact: StepFact, stands: bool | None, error: str = "") -> None:
     """Record what the provider said about whether an earlier effect still stands."""
-    with transaction.atomic():
-        fence(lease)
-        step = Step.objects.only("pk").get(task_id=lease.task_id, n=fact.n)
-        entries_add(
-            entry(
-                kind=EntryKind.EFFECT_CHECKED,
-                task_id=lease.task_id,
-                step_id=step.pk,
-                stands=stands,
-                **({"error": error} if error else {}),
-            )
-        )
+    lease_call(lease, "journal_effect_checked", n=fact.n, stands=stands, error=error)

@@ -30,6 +30,12 @@ class SqlFile:
     def text(self) -> str:
         return self.path.read_text()
 
+    @property
+    def retired(self) -> bool:
+        """A version that drops its function (and its triggers) rather than defining it: the
+        rule moved elsewhere, and PostgreSQL holds nothing by this name any more."""
+        return "CREATE OR REPLACE FUNCTION" not in self.text
+
 
 def sql_files() -> list[SqlFile]:
     """Every version of every file, by name then version."""
@@ -43,12 +49,12 @@ def sql_files() -> list[SqlFile]:
 
 
 def sql_newest() -> dict[str, SqlFile]:
-    """The newest version of each file: what PostgreSQL should hold now."""
+    """The newest version of each file that is not retired: what PostgreSQL should hold now."""
     newest: dict[str, SqlFile] = {}
     for file in sql_files():
         if file.name not in newest or file.version > newest[file.name].version:
             newest[file.name] = file
-    return newest
+    return {name: file for name, file in newest.items() if not file.retired}
 
 
 def sql_file(name: str, version: int) -> SqlFile:

@@ -1,11 +1,12 @@
-"""A task's status, and the one place it changes (docs/design.md §7).
+"""A task's status, and its state machine (docs/design.md §7): declared here, once.
 
-Every status change goes through ``journal_transition`` (journal/sql), which Python calls as
-:func:`task_transition` and the SQL that finishes a task calls directly: one UPDATE guarded
-by the statuses it may come from, and one entry saying from what, to what, by whom and why,
-in one transaction. PostgreSQL refuses any status change that is not a transition of
-:data:`TRANSITIONS` (the trigger ``journal_task_state_machine``), so a write that bypasses
-this module fails loudly.
+:data:`TRANSITIONS` says who may follow whom and :data:`FINAL` which statuses end a task.
+PostgreSQL holds them as the tables ``journal_status`` and ``journal_status_move``, written
+from here by :func:`status_machine_sync` when migrations run (tests/journal/test_status.py
+compares them), and every status change is ``journal_transition`` (journal/sql), which makes
+no move the table does not hold. Python never changes a status itself: each move that does
+is a function of its own (``journal_task_wait``, ``journal_finish``, ``journal_task_resume``
+...), called through ``journal.calls``.
 
 Attention has a code beside its sentence, so pages and tools can act on it without parsing
 prose.
@@ -13,23 +14,17 @@ prose.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
-from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from journal.entries import entries_add
-from journal.leases import Lease, LeaseLost, deferred_write, lease_seconds
-from journal.models import Attention, Entry, Task, TaskStatus
+from journal.calls import Refused
+from journal.leases import Lease, lease_call
+from journal.models import Attention, TaskStatus
 
-# Who may follow whom. Mirrored by journal/sql/journal_task_transition; a test checks they
-# agree (tests/journal/test_status.py).
+# Who may follow whom. Written into journal_status_move by status_machine_sync.
 TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     TaskStatus.RUNNABLE: frozenset(
         {
@@ -51,6 +46,8 @@ TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
             TaskStatus.NEEDS_HUMAN,
         }
     ),
+    # An ended task goes to a person when a later report contradicts it, and back to how it
+    # ended, never further (journal_transition: finished means finished).
     TaskStatus.FINISHED: frozenset({TaskStatus.NEEDS_HUMAN}),
     TaskStatus.CANCELLED: frozenset({TaskStatus.NEEDS_HUMAN}),
     TaskStatus.COMPENSATED: frozenset({TaskStatus.NEEDS_HUMAN}),
@@ -59,119 +56,70 @@ TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
 FINAL = (TaskStatus.FINISHED, TaskStatus.CANCELLED, TaskStatus.COMPENSATED)
 ADVANCING = (TaskStatus.RUNNABLE, TaskStatus.WAITING)
 
-
-def sources(to: TaskStatus) -> list[TaskStatus]:
-    """The statuses a task may move to ``to`` from."""
-    return [s for s, targets in TRANSITIONS.items() if to in targets]
-
-
-class TransitionRefused(Exception):
-    """The task is not in a status this change may be made from; nothing was written."""
+TransitionRefused = Refused
+"""A person's move on a task refused by its precondition (the sentence to show); nothing was
+written. The name the operator services have always raised."""
 
 
-# journal_transition (journal/sql): the one place a task's status changes.
-TRANSITION = (
-    "SELECT * FROM journal_transition(p_task => %(task)s::uuid, p_to => %(to)s::text, "
-    "p_from => %(frm)s::text[], p_token => %(token)s::bigint, p_lease => %(lease)s::float8, "
-    "p_release => %(release)s::boolean, p_wake_at => %(wake_at)s::timestamptz, "
-    "p_wake_in => %(wake_in)s::float8, p_code => %(code)s::text, p_reason => %(reason)s::text, "
-    "p_actor => %(actor)s::text, p_step => %(step)s::bigint, p_data => %(data)s::jsonb)"
-)
+def status_machine_sync(connection: Any) -> None:
+    """Write :data:`TRANSITIONS` and :data:`FINAL` into ``journal_status`` and
+    ``journal_status_move`` (as the tables' owner: migrations call it), replacing what they
+    held, in one transaction."""
+    statuses = [(s.value, str(s.label), s in FINAL) for s in TaskStatus]
+    moves = [(a.value, b.value) for a, targets in TRANSITIONS.items() for b in sorted(targets)]
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM journal_status_move")
+        cursor.execute("DELETE FROM journal_status")
+        cursor.executemany(
+            "INSERT INTO journal_status (status, label, final) VALUES (%s, %s, %s)", statuses
+        )
+        cursor.executemany(
+            "INSERT INTO journal_status_move (from_status, to_status) VALUES (%s, %s)", moves
+        )
 
 
-def task_transition(
-    *,
-    task_id: UUID,
-    to: TaskStatus,
-    frm: Iterable[TaskStatus] | None = None,
-    lease: Lease | None = None,
-    actor: str = "",
-    reason: str = "",
-    code: Attention | str = "",
-    step_id: int | None = None,
-    wake_at: datetime | None = None,
-    wake_in: float | None = None,
-    extra: Sequence[Entry] = (),
-    release: Lease | None = None,
-    **data: Any,
-) -> bool:
-    """Move the task to ``to`` if its status is one of ``frm`` (default: every status ``to``
-    may follow). Returns whether it moved; when it did not, nothing is written.
+# --- A runner's status moves, under its lease ----------------------------------------------
 
-    One statement (``journal_transition``), in the caller's transaction when there is one (a
-    service that settles a step and wakes its task does both in one commit). With ``lease``,
-    the write is fenced first (:class:`LeaseLost` if it was taken over); with ``release``,
-    that lease is given back cleanly in the same update (the run ends here). ``wake_at`` (or
-    ``wake_in`` seconds from the database's now) is required for ``waiting``; ``code`` and
-    ``reason`` for ``needs_human``. ``extra`` entries are written after it, if it moved.
-    """
-    allowed = sources(to)
-    froms = [str(s) for s in (frm if frm is not None else allowed) if s in allowed]
-    if to == TaskStatus.WAITING and wake_at is None and wake_in is None:
-        raise ValueError("a waiting task needs a wake_at")
-    if to == TaskStatus.NEEDS_HUMAN and not (code and reason):
-        raise ValueError("a task handed to a human needs an attention code and a reason")
-    if release is not None and lease is not None and release is not lease:
-        raise ValueError("a run gives back the lease it fences with")
-    holder = lease or release
-    if holder is not None:
-        deferred_write(holder)  # a settlement the runner held back comes first
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                TRANSITION,
-                {
-                    "task": task_id,
-                    "to": str(to),
-                    "frm": froms,
-                    "token": holder.token if holder is not None else None,
-                    "lease": lease_seconds(),
-                    "release": release is not None,
-                    "wake_at": wake_at,
-                    "wake_in": wake_in,
-                    "code": str(code),
-                    "reason": reason,
-                    "actor": actor,
-                    "step": step_id,
-                    "data": json.dumps(data, cls=DjangoJSONEncoder),
-                },
-            )
-            row = cursor.fetchone()
-        if row is None:  # only a fenced transition returns no row
-            raise LeaseLost.of(holder) if holder is not None else Task.DoesNotExist(task_id)
-        moved, version = row
-        if moved is None:
-            return False
-        if lease is not None:
-            lease.versions += [int(version) - 1, int(version)]  # the fence's, then its own
-        if release is not None:
-            release.released = True
-        entries_add(*extra)
-    return True
+
+def task_wait(*, lease: Lease, until: datetime, reason: str) -> bool:
+    """Park the runnable task until ``until`` and give the lease back (the run ends here).
+    Returns whether it moved."""
+    moved = bool(lease_call(lease, "journal_task_wait", wake_at=until, reason=reason).moved)
+    lease.released = lease.released or moved
+    return moved
+
+
+def task_wake(*, lease: Lease, reason: str) -> bool:
+    """Wake the waiting task whose time came. Returns whether it moved."""
+    return bool(lease_call(lease, "journal_task_wake", reason=reason).moved)
 
 
 def task_flag(
     *,
-    task_id: UUID,
+    lease: Lease,
     code: Attention,
     reason: str,
-    lease: Lease | None = None,
     step_id: int | None = None,
-    actor: str = "",
     release: bool = False,
+    frm: tuple[TaskStatus, ...] | None = None,
 ) -> bool:
-    """Hand the task to a human, with a code and a sentence; from any status. With
-    ``release``, the holder of ``lease`` gives it back in the same update."""
-    return task_transition(
-        task_id=task_id,
-        to=TaskStatus.NEEDS_HUMAN,
-        lease=lease,
-        code=code,
-        reason=reason,
-        step_id=step_id,
-        actor=actor,
-        release=lease if release else None,
-    )
+    """Hand the task to a person, with a code and a sentence; from any status (or one of
+    ``frm``). With ``release``, the lease is given back in the same statement. Returns
+    whether it moved."""
+    given: dict[str, Any] = {"code": str(code), "reason": reason, "step": step_id}
+    if frm is not None:
+        given["from"] = [str(s) for s in frm]
+    moved = bool(lease_call(lease, "journal_task_flag", release=release, **given).moved)
+    lease.released = lease.released or (moved and release)
+    return moved
+
+
+def task_await(*, lease: Lease, approval_id: int) -> bool:
+    """Put the runnable task back to wait for a person's decision on its pending approval,
+    giving the lease back. Returns whether it moved."""
+    moved = bool(lease_call(lease, "journal_task_await", approval=approval_id).moved)
+    lease.released = lease.released or moved
+    return moved
 
 
 def runnable_q() -> Q:

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connection
 from django.db.models.functions import Now
 
-from journal.leases import Lease, deferred_write
+from journal.leases import Lease, settle_held
 from journal.models import Step, Task
 from journal.moves import TaskRow
 from journal.outcomes import Outcome, StepState
@@ -44,12 +44,10 @@ class View:
     task: Task
     facts: TaskFacts
     now: datetime
-    version: int
-    seen_writes: int
 
     @classmethod
     def load(cls, lease: Lease) -> View:
-        deferred_write(lease)  # what it reads includes the settlement the runner held back
+        settle_held(lease)  # what it reads includes the settlement the runner held back
         if lease.task is not None:
             # The first read comes with the lease itself: its row, as taking it left it.
             row, lease.task = dict(lease.task), None
@@ -60,26 +58,17 @@ class View:
         else:
             task = Task.objects.annotate(db_now=Now()).get(pk=lease.task_id)
         facts = task_facts(task=task)
-        return cls(
-            task=task,
-            facts=facts,
-            now=task.db_now,  # type: ignore[attr-defined]
-            version=task.version,
-            seen_writes=len(lease.versions),
-        )
+        lease.read(task.version)
+        return cls(task=task, facts=facts, now=task.db_now)  # type: ignore[attr-defined]
 
     def row(self) -> TaskRow:
         task = self.task
         return TaskRow(task.status, task.wake_at, task.unwinding, task.step_count)
 
     def current(self, lease: Lease) -> bool:
-        """Whether every write since the read was this runner's own, one after the other."""
-        mine = lease.versions[self.seen_writes :]
-        if mine != list(range(self.version + 1, self.version + 1 + len(mine))):
-            return False
-        if mine:
-            self.version, self.seen_writes = mine[-1], len(lease.versions)
-        return True
+        """Whether every write since the read was this runner's own (each found the task at
+        the version the runner's last write left it)."""
+        return not lease.interrupted
 
     def after(self, step: Step, outcome: Outcome, *, approval_used: bool) -> View | None:
         """The view once ``step`` settled with ``outcome``, or None to read it again."""

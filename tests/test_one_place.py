@@ -1,8 +1,14 @@
-"""Each rule in one place: the docstrings that say "the one place" are checked against the
-source (docs/design.md §4, §7; journal/README.md). The product is searched: journal,
-agentops, sandbox and commerce (the shipped kinds). Migrations before the SQL moved into
-files (journal 0001–0009) are history; tests and the tooling in devtools (which seeds a
-benchmark's database in bulk) may write what they like."""
+"""Each rule in one place (docs/design.md §4; journal/README.md, "Where each rule lives").
+
+Who may write the journal is PostgreSQL's catalogue's to say: the app's roles write no
+journal table and execute only the functions journal/callers.py lists
+(tests/agentops/test_database_roles.py reads every privilege back). So "one place" is asked of
+what PostgreSQL holds: the functions themselves, read from pg_proc, each rule in exactly one
+of them; and of how Python calls them: through journal/calls.py, whose statements are built
+from the functions' own signatures, never by a module of its own. What is written in Python
+(the key prefix, the key format nowhere else) is read from the product's sources: journal,
+agentops, sandbox and commerce; migrations are history, tests and devtools may do as they
+like."""
 
 from __future__ import annotations
 
@@ -10,16 +16,17 @@ import re
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
+from journal.callers import MOVES
 from journal.sqlfiles import sql_newest
 
 ROOT = Path(__file__).resolve().parents[1]
-HISTORY = re.compile(r"journal/migrations/000\d_|agentops/migrations/000[1-3]_")
+HISTORY = re.compile(r"journal/migrations/00\d\d_|agentops/migrations/000[1-3]_")
 
 
 def _sources() -> dict[str, str]:
-    """The product's sources. Of the SQL files, the newest version of each: an older one is
-    history, like the migrations that loaded it."""
+    """The product's Python sources, and the newest version of each SQL file."""
     files = [
         *ROOT.glob("journal/**/*.py"),
         *(file.path for file in sql_newest().values()),
@@ -33,6 +40,17 @@ def _sources() -> dict[str, str]:
         if not HISTORY.match(name):
             found[name] = path.read_text()
     return found
+
+
+def _held() -> dict[str, str]:
+    """Every function PostgreSQL holds in the journal's schema, its body as it keeps it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p.proname, p.prosrc FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = current_schema() AND p.proname LIKE 'journal\\_%%'"
+        )
+        return {str(name): str(body) for name, body in cursor.fetchall()}
 
 
 # A step's key, ao:<task>:<n>, written anywhere: the prefix as a literal in any string (SQL's
@@ -51,55 +69,74 @@ KEY_FORMAT = (
 )
 
 
-def _where(pattern: str) -> list[str]:
-    rule = re.compile(pattern, re.IGNORECASE | re.DOTALL)
-    return sorted(name for name, text in _sources().items() if rule.search(text))
-
-
+@pytest.mark.usefixtures("committed")
 @pytest.mark.parametrize(
-    ("what", "pattern", "place"),
+    ("what", "pattern", "places"),
     [
-        ("an entry is written", r"INSERT INTO journal_entry\b", "journal/sql/journal_entry_add"),
-        ("a task is born", r"INSERT INTO journal_task\b", "journal/sql/journal_task_create"),
+        ("an entry is written", r"INSERT INTO journal_entry\b", ["journal_entry_add"]),
+        ("a task is born", r"INSERT INTO journal_task\b", ["journal_task_create"]),
         (
             "a task's status changes",
-            r"UPDATE journal_task\b[^;\x22]*?\bSET\b(?:(?!\bWHERE\b)[^;\x22])*\bstatus\s*=",
-            "journal/sql/journal_transition",
+            r"UPDATE journal_task\b[^;]*?\bSET\b(?:(?:(?!\bWHERE\b)[^;])*,)?\s*status\s*=",
+            ["journal_transition"],
         ),
-        (
-            "a step settles",
-            r"UPDATE journal_step\b[^;\x22]*\bsettled_at\s*=",
-            "journal/sql/journal_settle",
-        ),
+        ("a step settles", r"UPDATE journal_step\b[^;]*\bsettled_at\s*=", ["journal_step_settle"]),
         (
             "the lease is checked and extended",
-            r"lease_expires_at\s*=\s*now\(\)[^;\x22]*\bWHERE\b[^;\x22]*lease_token\s*=\s*(p_token|%s)",
-            "journal/sql/journal_fence",
+            r"lease_expires_at\s*=\s*now\(\)[^;]*\bWHERE\b[^;]*lease_token\s*=\s*p_token",
+            ["journal_hold"],
         ),
-        ("a step's key is formatted", KEY_FORMAT, "journal/sql/journal_step_key"),
+        ("a lease is given back", r"SET lease_expires_at = NULL", ["journal_lease_release"]),
+        ("a step's key is formatted", r"'ao:'", ["journal_step_key"]),
+        ("the state machine is asked", r"FROM journal_status_move\b", ["journal_transition"]),
+        # By the recorded call it approved, or by the one the guards refused in its stead.
+        (
+            "an approval is used",
+            r"SET state = 'used'",
+            ["journal_approval_spend", "journal_record"],
+        ),
         (
             "the keep is turned into a moment",
             r"make_interval\(\s*secs\s*=>\s*[\w.]*keep",
-            "journal/sql/journal_retention_before",
+            ["journal_retention_before"],
         ),
-        ("the keys' prefix is named", r"\bKEY_PREFIX\s*=", "journal/keys.py"),
     ],
 )
-def test_each_rule_is_written_in_one_place(what: str, pattern: str, place: str) -> None:
-    where = _where(pattern)
-    assert len(where) == 1 and where[0].startswith(place), f"{what}: {where}"
+def test_each_rule_is_in_one_function_postgresql_holds(
+    what: str, pattern: str, places: list[str]
+) -> None:
+    rule = re.compile(pattern, re.IGNORECASE | re.DOTALL)
+    assert sorted(name for name, body in _held().items() if rule.search(body)) == places, what
 
 
-def test_python_writes_no_entry_and_changes_no_status_or_settlement_itself() -> None:
-    python = {name: text for name, text in _sources().items() if name.endswith(".py")}
-    orm_writes = re.compile(
-        r"Entry\.objects\.(create|bulk_create|update)|Entry\(.*?\)\.save\(\)"
-        r"|\.update\([^)]*\b(status|settled_at)\s*="
-        r"|objects\.filter\([^)]*\)\.update\([^)]*state\s*=\s*StepState\.(DONE|NOT_DONE)",
-        re.DOTALL,
-    )
-    offenders = sorted(name for name, text in python.items() if orm_writes.search(text))
-    assert offenders == [], offenders
+def test_the_keys_prefix_is_named_once_and_the_key_format_nowhere_in_python() -> None:
+    sources = _sources()
+    prefix = [name for name, text in sources.items() if re.search(r"\bKEY_PREFIX\s*=", text)]
+    assert prefix == ["journal/keys.py"]
+    formatted = re.compile(KEY_FORMAT, re.IGNORECASE | re.DOTALL)
+    where = sorted(name for name, text in sources.items() if formatted.search(text))
+    assert where == ["journal/sql/journal_step_key.001.sql"]
+
+
+def test_python_makes_the_journals_moves_only_through_its_bindings() -> None:
+    """A move of the journal (a function an app role may execute that writes) is named in
+    Python only as a name handed to journal.calls, which builds the statement from the
+    function's own file: no module spells a call of its own."""
+    reads = {
+        "journal_partition_expired",
+        "journal_partition_dropped",
+        "journal_retention_before",
+        "journal_uuid_at",
+        "journal_step_key",
+    }
+    spelled = []
+    for name, text in _sources().items():
+        if not name.endswith(".py") or name == "journal/calls.py":
+            continue
+        for move in set(MOVES) - reads:
+            if re.search(rf"\b{move}\s*\(", text):
+                spelled.append(f"{name}: {move}(")
+    assert spelled == []
 
 
 def _calls(text: str, function: str) -> list[str]:

@@ -40,10 +40,10 @@ from agentops.audit.models import AuditRun, AuditTrigger, Finding, ProviderWatch
 from agentops.effects import Audit, ProviderEffect, audits
 from agentops.runner import run_queue
 from agentops.workers import AUDIT_JOB
-from journal.entries import entries_add, entry
-from journal.models import Attention, EntryKind, Step, StepUndo, Task, TaskStatus
+from journal.calls import call
+from journal.entries import task_note
+from journal.models import Step, StepUndo
 from journal.outcomes import StepState
-from journal.status import task_flag
 
 log = logging.getLogger("agentops.audit")
 
@@ -213,29 +213,20 @@ def finding_record(*, provider: str, run: AuditRun, found: Found) -> bool:
         )
         if not created or step is None:
             return created
-        entries_add(
-            entry(
-                kind=EntryKind.AUDIT_FINDING,
-                task_id=step.task_id,
-                step_id=step.id,
-                actor=ACTOR,
-                finding=finding.pk,
-                finding_kind=str(found.kind),
-                provider=provider,
-                effect=found.effect_id,
-                summary=found.summary,
-            )
+        # Recorded on the task, which goes to a person unless one has it already (their
+        # reason is kept; the finding is on its page).
+        call(
+            "journal_step_audited",
+            step=step.id,
+            summary=found.summary,
+            actor=ACTOR,
+            data={
+                "finding": finding.pk,
+                "finding_kind": str(found.kind),
+                "provider": provider,
+                "effect": found.effect_id,
+            },
         )
-        # A person who already has the task keeps its reason; the finding is on its page.
-        task = Task.objects.select_for_update().only("status").get(pk=step.task_id)
-        if task.status != TaskStatus.NEEDS_HUMAN:
-            task_flag(
-                task_id=step.task_id,
-                code=Attention.AUDIT_FINDING,
-                reason=f"provider audit: {found.summary}",
-                step_id=step.id,
-                actor=ACTOR,
-            )
     log.warning(
         "audit finding: %s",
         found.summary,
@@ -273,17 +264,12 @@ def finding_resolve(*, finding_id: int, actor: str, reason: str) -> Finding:
             resolved_at=Now(), resolved_by=actor, resolution=why
         )
         if finding.task_id is not None:
-            entries_add(
-                entry(
-                    kind=EntryKind.OPERATOR_ACTION,
-                    task_id=finding.task_id,
-                    step_id=finding.step_id,
-                    actor=actor,
-                    action="resolve audit finding",
-                    reason=why,
-                    finding=finding.pk,
-                    finding_kind=finding.kind,
-                )
+            task_note(
+                task_id=finding.task_id,
+                step_id=finding.step_id,
+                actor=actor,
+                action="resolve audit finding",
+                data={"reason": why, "finding": finding.pk, "finding_kind": finding.kind},
             )
     finding.refresh_from_db()
     return finding

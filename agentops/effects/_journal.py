@@ -1,42 +1,59 @@
 """What an app's own pages and provider notifications may use of the journal: read tasks and
 steps, settle a step from a provider's report (monotone; a contradiction is a conflict),
-note what arrived, start a task. The rest of the journal is agentops' own."""
+note what arrived, leave a note on a task's history, start a task. The rest of the journal
+is agentops' own."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
 from agentops.models import WebhookEvent as ProviderEvent
 from agentops.telemetry.steps import event_observed, report_observed
-from journal.entries import entries_add, entry
+from journal.entries import note, task_note
 from journal.keys import UnsafeName, object_key, same_object
-from journal.models import Entry, EntryKind, Step, Task
+from journal.models import EntryKind, Step, Task
 from journal.outcomes import LIVE_STATES, Outcome, StepState
 from journal.protocols import GUARD_REFUSALS, Refusal
 from journal.selectors import step_by_key
 from journal.settle import step_conflict as _step_conflict
+from journal.settle import step_noted
 from journal.settle import step_settle as _step_settle
 from journal.status import FINAL
 
 
 def step_settle(
-    *, step_id: int, outcome: Outcome, via: str, extra: Sequence[Entry] = (), actor: str = ""
+    *,
+    step_id: int,
+    outcome: Outcome,
+    via: str,
+    notes: Sequence[Mapping[str, Any]] = (),
+    actor: str = "",
 ) -> bool:
     """Settle a step from a provider's report (``journal.settle.step_settle``: monotone; a
-    report that contradicts a settled step is a conflict, and its task goes to a person).
-    Returns whether it changed the step. ``actor`` names the provider (``stripe``); once the
-    report is committed, it is counted and a settlement logged (agentops/telemetry)."""
-    changed = _step_settle(step_id=step_id, outcome=outcome, via=via, extra=extra, actor=actor)
+    report that contradicts a settled step is a conflict, and its task goes to a person),
+    with ``notes`` of what arrived (``note(EntryKind.WEBHOOK_RECEIVED, ...)``). Returns
+    whether it changed the step. ``actor`` names the provider (``stripe``); once the report
+    is committed, it is counted and a settlement logged (agentops/telemetry)."""
+    changed = _step_settle(step_id=step_id, outcome=outcome, via=via, notes=notes, actor=actor)
     report_observed(step_id=step_id, provider=actor, reported=outcome.state, changed=changed)
     return changed
 
 
-def step_conflict(*, step: Step, reason: str, via: str, actor: str = "", **facts: Any) -> None:
+def step_conflict(
+    *,
+    step: Step,
+    reason: str,
+    via: str,
+    actor: str = "",
+    notes: Sequence[Mapping[str, Any]] = (),
+    **facts: Any,
+) -> None:
     """Record that a provider's report does not fit the step it names (another amount, another
-    kind of step): the step is left as it is and its task goes to a person."""
-    _step_conflict(step=step, reason=reason, via=via, actor=actor, **facts)
+    kind of step), beside ``notes`` of what arrived: the step is left as it is and its task
+    goes to a person."""
+    _step_conflict(step=step, reason=reason, via=via, actor=actor, notes=notes, **facts)
     report_observed(step_id=step.pk, provider=actor, reported="conflict", changed=False)
 
 
@@ -73,14 +90,15 @@ __all__ = [
     "StepState",
     "Task",
     "UnsafeName",
-    "entries_add",
-    "entry",
+    "note",
     "object_key",
     "provider_event_observed",
     "same_object",
     "step_by_key",
     "step_conflict",
+    "step_noted",
     "step_settle",
+    "task_note",
     "task_ring",
     "task_start",
 ]

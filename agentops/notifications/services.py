@@ -338,7 +338,8 @@ def _claim_seconds() -> float:
 def _claim(delivery_id: int) -> Claim | None:
     with transaction.atomic():
         row = (
-            Delivery.objects.select_for_update(skip_locked=True)
+            # Its own row only: the model's ordering joins its task, which no app role may lock.
+            Delivery.objects.select_for_update(skip_locked=True, of=("self",))
             .annotate(db_now=Now())
             .filter(pk=delivery_id, settled_at__isnull=True, next_attempt_at__lte=Now())
             .first()

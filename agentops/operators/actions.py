@@ -164,7 +164,7 @@ def step_offers(
     if (
         user.has_perm("journal.resolve_step")
         and (row.reported is not None or task.attention_code == Attention.CONFLICT)
-        and correction_refusal(task=task, step=step, steps=page.steps) is None
+        and correction_refusal(step_id=step.pk) is None
     ):
         found.append(_offer("correct"))
     return found
@@ -179,12 +179,12 @@ def task_offers(request: HtmxHttpRequest, page: selectors.TaskPage) -> list[Offe
         found += [_offer("approve"), _offer("reject")]
     if (
         user.has_perm("journal.compensate_saga")
-        and compensate_refusal(task=task, steps=page.steps) is None
+        and compensate_refusal(task_id=task.pk) is None
     ):
         found.append(_offer("compensate"))
     if task.status == TaskStatus.NEEDS_HUMAN and user.has_perm("journal.resume_task"):
         found.append(_offer("resume"))
-        found.append(_offer("cancel", cancel_refusal(task=task, steps=page.steps) or ""))
+        found.append(_offer("cancel", cancel_refusal(task_id=task.pk) or ""))
     # What the installed apps add (a payment's retry): each its own permission and test.
     for name, added in registry.actions.items():
         if user.has_perm(added.permission) and added.available(task):

@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from agentops.effects import EntryKind, Task, entries_add, entry, task_start
+from agentops.effects import EntryKind, Task, task_note, task_start
 from commerce.customers.selectors import Payment, PaymentState, payment_of
 
 # Who a retry from the payment page is recorded as: the link is a bearer token, and whoever
@@ -112,15 +112,11 @@ def payment_retry(*, invoice: str, actor: str, reason: str = "", payment_method:
             if problem:
                 # Recorded (and counted) on the renewal the customer's link is about, then
                 # refused once this block has committed the record.
-                entries_add(
-                    entry(
-                        kind=EntryKind.OPERATOR_ACTION,
-                        task_id=last.pk,
-                        actor=CUSTOMER,
-                        action=CARD_REFUSED,
-                        reason=problem,
-                        payment_method=payment_method[:120],
-                    )
+                task_note(
+                    task_id=last.pk,
+                    actor=CUSTOMER,
+                    action=CARD_REFUSED,
+                    data={"reason": problem, "payment_method": payment_method[:120]},
                 )
                 refused = PaymentRefused(problem)
             else:
@@ -131,15 +127,11 @@ def payment_retry(*, invoice: str, actor: str, reason: str = "", payment_method:
         if refused is None:
             task = task_start(kind="renewal", goal=goal, refs=refs, actor=actor)
         if refused is None and actor != CUSTOMER:
-            entries_add(
-                entry(
-                    kind=EntryKind.OPERATOR_ACTION,
-                    task_id=task.pk,
-                    actor=actor,
-                    action="retry_payment",
-                    reason=why,
-                    after=str(last.pk),
-                )
+            task_note(
+                task_id=task.pk,
+                actor=actor,
+                action="retry_payment",
+                data={"reason": why, "after": str(last.pk)},
             )
     if refused is not None:
         raise refused

@@ -8,7 +8,10 @@ The server sees everything:
   top-level statement each session sent, BEGIN and COMMIT included, for one role;
 - **statements inside**: the statements PostgreSQL ran within those (the journal's functions
   and triggers), where the server tracks them (``pg_stat_statements.track = all``: the
-  tests' server; the benchmark's tracks only what is sent, and counts none);
+  tests' server; the benchmark's tracks only what is sent, and counts none). The journal's
+  functions run as the tables' owner (security definers), so what runs inside them is the
+  owner's: counted for the role and the owner, inside statements only (the owner sends
+  nothing else meanwhile but these counters' own reads, which are top-level);
 - **commits**, **WAL bytes**, **updates and HOT updates**: read back from the WAL itself
   (``pg_walinspect``) between two positions: a commit is a COMMIT record of a transaction
   that wrote a journal table; an update of ``journal_step`` is HOT when its record says so.
@@ -85,10 +88,12 @@ class ServerCounters:
         with self.connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pg_current_wal_flush_lsn()::text, "  # noqa: S608 - the schema is a constant
-                "COALESCE(sum(s.calls) FILTER (WHERE s.toplevel), 0)::bigint, "
+                "COALESCE(sum(s.calls) FILTER (WHERE s.toplevel AND s.userid = r.oid), 0)::bigint, "
                 "COALESCE(sum(s.calls) FILTER (WHERE NOT s.toplevel), 0)::bigint "
-                f"FROM {SCHEMA}.pg_stat_statements s "
-                "WHERE s.userid = (SELECT oid FROM pg_roles WHERE rolname = %s) "
+                f"FROM {SCHEMA}.pg_stat_statements s, "
+                "(SELECT oid FROM pg_roles WHERE rolname = %s) r "
+                "WHERE s.userid IN (r.oid, (SELECT c.relowner FROM pg_class c "
+                "                            WHERE c.oid = 'journal_task'::regclass)) "
                 "AND s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
                 [self.role],
             )

@@ -31,15 +31,15 @@ from commerce import playbooks
 from commerce.customers.links import SALT, link_of, payment_link, payment_token
 from commerce.customers.services import CARD_REFUSED
 from journal.leases import lease_acquire, lease_release
-from journal.models import Attention, Entry, EntryKind, Task
+from journal.models import Entry, EntryKind, Task
 from journal.operator import task_cancel
 from journal.outcomes import Outcome, Reply, StepState
 from journal.perform import step_perform
 from journal.protocols import Call, Finish, StepFact, TaskFacts
 from journal.record import step_record, task_finish
 from journal.settle import step_mark_unknown
-from journal.status import task_flag
 from tests.agentops.workers import quiet_world
+from tests.databases import flag
 from tests.journal.support import ChargeTool, Provider, invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
@@ -395,7 +395,7 @@ def test_the_same_card_may_be_tried_again_when_the_bank_failed_to_process_it(
 
 def called_off(task: Task) -> None:
     """An operator cancels the task (one needing a person, as cancelling requires)."""
-    task_flag(task_id=task.pk, code=Attention.PLANNER_FAILED, reason="the model was down")
+    flag(task.pk, "planner_failed", "the model was down")
     task_cancel(task_id=task.pk, actor="op", reason="the customer left")
 
 

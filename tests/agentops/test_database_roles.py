@@ -1,28 +1,37 @@
-"""Whoever holds the app's database credentials cannot rewrite the journal (issue 8).
+"""Whoever holds the app's database credentials cannot rewrite the journal (issues 8, 15, 35).
 
-Every attempt is made the way an attacker with DATABASE_URL would: a plain psycopg
-connection as the app's role, autocommit, raw SQL. The suite itself runs as that role too
+The app's role may read the journal and execute the journal's functions its kind of process
+needs (journal/callers.py); it may write no journal table. Every privilege it holds is read
+here from PostgreSQL's own catalogue and compared with the one declaration
+(agentops/dbroles.py, journal/callers.py). The attacks are made the way an attacker with
+DATABASE_URL would: a plain psycopg connection as the app's role, autocommit, raw SQL, then
+the functions it may call, one after the other. The suite itself runs as that role too
 (tests/conftest.py), so everything else in it shows the app works with these privileges.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
 from django.db import connection
+from django.test import override_settings
+from django.utils import timezone
 
-from agentops.dbroles import ALL, APP_COLUMNS
+from agentops.audit.models import Finding, FindingKind
+from agentops.audit.services import audit_run
+from agentops.dbroles import APP_COLUMNS, APP_FUNCTIONS, JOURNAL_PREFIX, READ_ONLY_TABLES
 from agentops.runner import task_start
 from commerce.customers.selectors import payment_of
+from journal.callers import KINDS, callable_by
 from journal.leases import lease_acquire
-from journal.models import Entry, Step, Task
+from journal.models import Step, Task
 from journal.outcomes import Outcome
 from journal.record import step_record, task_create
-from journal.run import task_advance
 from journal.settle import step_settle
 from tests.agentops.test_business_effects import (  # noqa: F401 (world: a fixture)
     charges_of,
@@ -31,22 +40,19 @@ from tests.agentops.test_business_effects import (  # noqa: F401 (world: a fixtu
     world,
 )
 from tests.databases import owner_connection
-from tests.journal.support import ChargeTool, Provider, ScriptedPlanner, charge, invoice
-from tests.journal.test_sagas import SagaRules
-from tests.journal.test_sagas import world as saga_world
+from tests.journal.support import ChargeTool, Provider, charge, invoice
 from tests.sandbox.fixtures import SandboxHandle
 
 pytestmark = pytest.mark.usefixtures("committed")
 
-Refused = (psycopg.errors.InsufficientPrivilege, psycopg.errors.RaiseException)
 DECLINED = "pm_card_chargeDeclined"
 
 
-def _settled_step(undo: str | None = None) -> Step:
+def _settled_step() -> Step:
     task = task_create(kind="renewal", goal="charge the invoice", refs={"invoice": invoice()})
     lease = lease_acquire(task_id=task.pk, owner="t")
     assert lease is not None
-    tool = ChargeTool(Provider(), compensation=undo)
+    tool = ChargeTool(Provider())
     step = step_record(lease=lease, decision=charge(invoice()), tools={"charge": tool})
     step_settle(step_id=step.pk, outcome=Outcome.done({"id": "pi_real"}), via="test", lease=lease)
     return Step.objects.get(pk=step.pk)
@@ -74,76 +80,246 @@ def test_the_suite_runs_as_a_role_that_owns_nothing(
     assert owned == (0,)
 
 
-@pytest.mark.parametrize(
-    "assignment",
-    [
-        'outcome = \'{"evidence": {"id": "pi_forged"}}\'::jsonb',
-        "detail = 'never charged'",
-        "settled_at = now() - interval '1 day'",
-        "decision = '{}'::jsonb",
-        "attempts = 0",
-    ],
-)
-def test_a_settled_step_cannot_be_rewritten(
-    app_sql: psycopg.Connection[tuple[object, ...]], assignment: str
-) -> None:
-    step = _settled_step()
-    with pytest.raises(Refused):
-        app_sql.execute(f"UPDATE journal_step SET {assignment} WHERE id = %s", [step.pk])  # noqa: S608
-    assert Step.objects.get(pk=step.pk).outcome == step.outcome == {"evidence": {"id": "pi_real"}}
-    assert Step.objects.get(pk=step.pk).settled_at == step.settled_at
+# --- Every privilege the role holds, from the catalogue, against the one declaration ---------
+
+# What the role holds on each table, and on each column of it, as PostgreSQL grants them.
+TABLE_PRIVILEGES = """
+SELECT c.relname, a.privilege_type
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace,
+       LATERAL aclexplode(c.relacl) a
+ WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v') AND NOT c.relispartition
+   AND a.grantee = current_user::regrole
+"""
+COLUMN_PRIVILEGES = """
+SELECT c.relname, t.attname, a.privilege_type
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  JOIN pg_attribute t ON t.attrelid = c.oid AND t.attnum > 0 AND NOT t.attisdropped,
+       LATERAL aclexplode(t.attacl) a
+ WHERE n.nspname = current_schema() AND NOT c.relispartition
+   AND a.grantee = current_user::regrole
+"""
+# Who may execute each function the tables' owner made: a role, or PUBLIC (grantee 0).
+FUNCTION_GRANTEES = """
+SELECT p.proname, a.grantee
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
+       LATERAL aclexplode(COALESCE(p.proacl, acldefault('f', p.proowner))) a
+ WHERE n.nspname = current_schema() AND p.proowner = %s::regrole
+   AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+"""
 
 
-@pytest.mark.parametrize(
-    "assignment",
-    ["goal = 'refund everyone'", 'refs = \'{"invoice": "INV-other", "amount": 999999}\'::jsonb'],
-)
-def test_a_task_goal_and_refs_cannot_be_rewritten(
-    app_sql: psycopg.Connection[tuple[object, ...]], assignment: str
+def test_every_privilege_the_app_role_holds_is_declared(
+    app_sql: psycopg.Connection[tuple[object, ...]],
 ) -> None:
-    task = task_create(kind="renewal", goal="charge INV", refs={"invoice": "INV-1", "amount": 49})
+    """On the journal's tables: SELECT and nothing else. On agentops' own: SELECT, INSERT,
+    and UPDATE of exactly the listed columns. On the framework's: the usual four. And it may
+    execute exactly the functions its kinds of process call, and agentops' own listed ones:
+    nobody else (not PUBLIC) may execute any function the owner made."""
+    held: dict[str, set[str]] = {}
+    for table, privilege in app_sql.execute(TABLE_PRIVILEGES).fetchall():
+        held.setdefault(str(table), set()).add(str(privilege))
+    updatable: dict[str, set[str]] = {}
+    for table, column, privilege in app_sql.execute(COLUMN_PRIVILEGES).fetchall():
+        assert privilege == "UPDATE", (table, column, privilege)
+        updatable.setdefault(str(table), set()).add(str(column))
+    for table, privileges in held.items():
+        if table.startswith(JOURNAL_PREFIX) or table in READ_ONLY_TABLES:
+            assert privileges == {"SELECT"}, table
+        elif table in APP_COLUMNS:
+            assert privileges == {"SELECT", "INSERT"}, table
+        else:
+            assert privileges == {"SELECT", "INSERT", "UPDATE", "DELETE"}, table
+    assert updatable == {
+        table: set(columns.updatable) for table, columns in APP_COLUMNS.items() if columns.updatable
+    }
+    owner = owner_connection().settings_dict["USER"]
+    role = app_sql.execute("SELECT current_user::regrole::oid").fetchone()
+    executes: dict[str, set[Any]] = {}
+    for name, grantee in app_sql.execute(FUNCTION_GRANTEES, [owner]).fetchall():
+        executes.setdefault(str(name), set()).add(grantee)
+    assert all(grantees == {role and role[0]} for grantees in executes.values()), executes
+    declared = {name for kind in KINDS for name in callable_by(kind)} | set(APP_FUNCTIONS)
+    assert set(executes) == declared
+
+
+# --- The attacks of issue 35, from outside, with the app's credentials -----------------------
+
+
+def _paid_renewal(inv: str) -> Task:
+    """A renewal run for real against the sandbox: its charge and its receipt done."""
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
+    assert run(task).stopped == "finished"
+    return Task.objects.get(pk=task.pk)
+
+
+def _refused(conn: psycopg.Connection[tuple[object, ...]], sql: str, params: list[Any]) -> None:
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        app_sql.execute(f"UPDATE journal_task SET {assignment} WHERE id = %s", [task.pk])  # noqa: S608
-    fresh = Task.objects.get(pk=task.pk)
-    assert (fresh.goal, fresh.refs) == ("charge INV", {"invoice": "INV-1", "amount": 49})
+        conn.execute(sql, params)
 
 
-def test_the_freeze_holds_even_for_the_owner_of_the_tables() -> None:
-    """Column privileges stop the app role; the triggers stop everyone short of disabling
-    them, which only the owner can do (and the app never connects as the owner)."""
-    step = _settled_step()
-    task = Task.objects.get(pk=step.task_id)
-    owner = owner_connection()
-    params = owner.get_connection_params()
-    with psycopg.connect(**params, autocommit=True) as conn:
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="frozen"):
-            conn.execute("UPDATE journal_step SET detail = 'x' WHERE id = %s", [step.pk])
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="frozen"):
-            conn.execute(
-                "UPDATE journal_task SET refs = %s::jsonb WHERE id = %s",
-                [json.dumps({"invoice": "INV-x"}), task.pk],
+@pytest.mark.usefixtures("committed", "world", "clean_faults")
+def test_a_paid_invoice_cannot_be_freed_to_be_charged_again(
+    app_sql: psycopg.Connection[tuple[object, ...]], payments_sandbox: SandboxHandle
+) -> None:
+    """Chain 1: reopen a finished renewal, take its lease by hand, record a refund that
+    offsets the paid charge and settle it done with made-up evidence, then renew the
+    invoice again. Every statement is refused; so is every way through the functions the
+    role may call; the second renewal is refused with the first charge's evidence, and the
+    provider holds one PaymentIntent."""
+    inv = invoice()
+    task = _paid_renewal(inv)
+    paid = Step.objects.get(task=task, tool="charge_customer")
+    for sql, params in (
+        (
+            "UPDATE journal_task SET status = 'needs_human', attention_code = 'x' WHERE id = %s",
+            [task.pk],
+        ),
+        ("UPDATE journal_task SET status = 'runnable' WHERE id = %s", [task.pk]),
+        (
+            "UPDATE journal_task SET lease_token = lease_token + 1, lease_owner = 'x', "
+            "lease_expires_at = now() + interval '1 hour', step_count = step_count + 1 "
+            "WHERE id = %s",
+            [task.pk],
+        ),
+        (
+            "INSERT INTO journal_step (task_id, n, kind, tool, args, key, cost, once, offsets_id, "
+            "retries, refusal, undo_tool, state, detail, outcome, attempts, lookups, decision, "
+            "created_at) SELECT id, step_count + 1, 'call', 'refund_charge', '{}', "
+            "journal_step_key(p_task => id, p_n => step_count + 1), 'full', false, %s, 0, '', '', "
+            "'pending', '', '{}', 1, 0, '{}', now() FROM journal_task WHERE id = %s",
+            [paid.pk, task.pk],
+        ),
+        (
+            'UPDATE journal_step SET state = \'done\', outcome = \'{"evidence": {"refund": '
+            '"re_FORGED"}}\', settled_at = now() WHERE task_id = %s',
+            [task.pk],
+        ),
+        ("UPDATE journal_step SET offset_by_id = id WHERE id = %s", [paid.pk]),
+        ("DELETE FROM journal_object_once WHERE step_id = %s", [paid.pk]),
+    ):
+        _refused(app_sql, sql, params)
+    # Through the functions it may call: the finished task is not run again by any of them.
+    lease = app_sql.execute(
+        "SELECT lease_token FROM journal_lease_take(p_task => %s, p_owner => 'x', p_lease => 60)",
+        [task.pk],
+    ).fetchone()
+    assert lease is not None
+    recorded = app_sql.execute(
+        "SELECT step_id FROM journal_record(p_task => %s, p_token => %s, p_lease => 60, "
+        "p_tool => 'refund_charge', p_args => '{}', p_decision => '{}', p_entry => '{}', "
+        "p_forward => false, p_offsets => %s, p_key => %s)",
+        [task.pk, lease[0], paid.n, paid.key + ":undo"],
+    ).fetchone()
+    assert recorded == (None,)  # the task is not runnable: nothing was recorded
+    for move in ("journal_task_resume", "journal_saga_compensate", "journal_task_cancel"):
+        with pytest.raises(psycopg.Error, match="only a task that needs|over|ended"):
+            app_sql.execute(
+                f"SELECT {move}(p_task => %s, p_actor => 'x', p_reason => 'y')",  # noqa: S608
+                [task.pk],
             )
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="never deleted"):
-            conn.execute("DELETE FROM journal_task WHERE id = %s", [task.pk])
+    fresh = Step.objects.get(pk=paid.pk)
+    assert (fresh.state, fresh.offset_by_id) == ("done", None)
+    assert Task.objects.get(pk=task.pk).status == "finished"
+    again = task_start(kind="renewal", goal="renew again", refs=renewal_refs(inv))
+    assert run(again).stopped == "finished"
+    refused = Step.objects.get(task=again, tool="charge_customer")
+    assert (refused.state, refused.refusal) == ("not_done", "already_done")
+    assert paid.key in refused.detail
+    assert len(charges_of(payments_sandbox, inv)) == 1
 
 
-@pytest.mark.parametrize(
-    "sql",
-    [
-        "DELETE FROM journal_entry WHERE task_id = %s",
-        "DELETE FROM journal_step WHERE task_id = %s",
-        "DELETE FROM journal_task WHERE id = %s",
-        "UPDATE journal_entry SET data = '{}'::jsonb WHERE task_id = %s",
-    ],
-)
-def test_the_app_role_may_not_delete_or_edit_entries(
-    app_sql: psycopg.Connection[tuple[object, ...]], sql: str
+@pytest.mark.usefixtures("committed", "world", "clean_faults")
+def test_a_customer_is_never_told_paid_for_a_charge_that_never_was(
+    app_sql: psycopg.Connection[tuple[object, ...]],
 ) -> None:
-    step = _settled_step()
-    before = Entry.objects.filter(task_id=step.task_id).count()
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        app_sql.execute(sql, [step.task_id])
-    assert Entry.objects.filter(task_id=step.task_id).count() == before
+    """Chain 2: a renewal declined at the provider; reopen it and settle a charge done with
+    ch_FORGED, so the customer's page says Paid. Refused at every statement, and by every
+    function: the task ended, and no move makes it run again."""
+    inv = invoice()
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv, payment_method=DECLINED))
+    assert run(task).stopped == "finished"
+    before = payment_of(invoice=inv)
+    assert before is not None and before.state == "not_done"
+    declined = Step.objects.get(task=task, tool="charge_customer")
+    for sql, params in (
+        ("UPDATE journal_task SET status = 'runnable' WHERE id = %s", [task.pk]),
+        (
+            "INSERT INTO journal_step (task_id, n, kind, tool, args, key, cost, once, retries, "
+            "refusal, undo_tool, state, detail, outcome, attempts, lookups, decision, created_at, "
+            "settled_at) SELECT id, step_count + 1, 'call', 'charge_customer', '{}', "
+            "journal_step_key(p_task => id, p_n => step_count + 1), 'full', false, 0, '', '', "
+            "'done', 'paid', '{\"evidence\": {\"charge\": \"ch_FORGED\"}}', 1, 0, '{}', "
+            "now(), now() "
+            "FROM journal_task WHERE id = %s",
+            [task.pk],
+        ),
+        (
+            "UPDATE journal_step SET state = 'done', outcome = %s::jsonb WHERE id = %s",
+            [json.dumps({"evidence": {"charge": "ch_FORGED"}}), declined.pk],
+        ),
+    ):
+        _refused(app_sql, sql, params)
+    # The settled step keeps its outcome whatever report comes: a contradiction is a conflict.
+    app_sql.execute(
+        "SELECT * FROM journal_settle(p_step => %s, p_state => 'done', p_detail => 'paid', "
+        "p_outcome => %s::jsonb, p_entry => '{}', p_via => 'webhook')",
+        [declined.pk, json.dumps({"evidence": {"charge": "ch_FORGED"}})],
+    )
+    assert Step.objects.get(pk=declined.pk).state == "not_done"
+    after = payment_of(invoice=inv)
+    assert after is not None and after.state != "done"  # a person looks at the conflict
+
+
+@pytest.mark.usefixtures("committed", "world", "clean_faults")
+def test_what_a_runners_credentials_can_still_forge_the_provider_audit_finds(
+    app_sql: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    """The runner's role settles steps: that is its job, and the database cannot tell a
+    provider's evidence from a made-up one. An attacker holding it can take the lease of a
+    task that is still running, record a charge and settle it done with ch_FORGED, and the
+    customer's page would say Paid. The provider audit (docs/design.md §15), within its one
+    period, finds the provider does not show it, and hands the task to a person."""
+    since = timezone.now()
+    inv = invoice()
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
+    lease = app_sql.execute(
+        "SELECT lease_token FROM journal_lease_take(p_task => %s, p_owner => 'x', p_lease => 60)",
+        [task.pk],
+    ).fetchone()
+    assert lease is not None
+    args = {"invoice": inv, "amount": 4900, "currency": "usd", "payment_method": "pm_card_visa"}
+    step = app_sql.execute(
+        "SELECT step_id FROM journal_record(p_task => %s, p_token => %s, p_lease => 60, "
+        "p_tool => 'charge_customer', p_args => %s::jsonb, p_decision => '{}', p_entry => '{}', "
+        "p_cost => 'full', p_guard => %s, p_guard_key => %s, p_once => true)",
+        [task.pk, lease[0], json.dumps(args), f"charge:{inv}", f"charge:{inv.casefold()}"],
+    ).fetchone()
+    assert step is not None and step[0] is not None
+    app_sql.execute(
+        "SELECT * FROM journal_settle(p_step => %s, p_state => 'done', p_detail => 'paid', "
+        "p_outcome => %s::jsonb, p_entry => '{}', p_via => 'attempt', p_task => %s, "
+        "p_token => %s, p_lease => 60)",
+        [
+            step[0],
+            json.dumps({"evidence": {"payment_intent": "pi_FORGED", "charge": "ch_FORGED"}}),
+            task.pk,
+            lease[0],
+        ],
+    )
+    told = payment_of(invoice=inv)
+    assert told is not None and told.state == "done"  # what the forgery achieves, until...
+    with override_settings(AUDIT_INTERVAL_SECONDS=24 * 3600):
+        report = audit_run(
+            provider="stripe", since=since, until=since + timedelta(minutes=5), trigger="command"
+        )
+    assert not report.error, report.error
+    found = Finding.objects.get(step_id=int(str(step[0])))
+    assert found.kind == FindingKind.MISSING
+    flagged = Task.objects.get(pk=task.pk)
+    assert (flagged.status, flagged.attention_code) == ("needs_human", "audit_finding")
+
+
+# --- What the role cannot switch off ----------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -151,13 +327,14 @@ def test_the_app_role_may_not_delete_or_edit_entries(
     [
         # The replication role skips ordinary triggers: superusers only.
         "SET session_replication_role = replica",
-        # Disabling a trigger needs the table's owner.
-        "ALTER TABLE journal_entry DISABLE TRIGGER journal_entry_no_update_or_delete",
+        # Disabling or dropping the guards' trigger needs the table's owner.
+        "ALTER TABLE journal_step DISABLE TRIGGER journal_step_claims_born",
         "ALTER TABLE journal_step DISABLE TRIGGER USER",
-        "ALTER TABLE journal_task DISABLE TRIGGER ALL",
-        "DROP TRIGGER journal_step_settled_frozen ON journal_step",
+        "DROP TRIGGER journal_step_claims_moved ON journal_step",
         "TRUNCATE journal_entry, journal_step, journal_task",
         "CREATE TABLE public.agentops_shadow (id int)",
+        "CREATE TEMP TABLE journal_step (id bigint)",
+        "CREATE OR REPLACE FUNCTION journal_transition() RETURNS void LANGUAGE sql AS ''",
         # Nor can it become the owner, or take the tables over.
         "SET ROLE {owner}",
         "ALTER TABLE journal_entry OWNER TO CURRENT_USER",
@@ -172,301 +349,20 @@ def test_the_app_role_cannot_switch_the_rules_off(
         app_sql.execute(sql.format(owner=owner))
 
 
-def test_with_the_rules_still_on_a_delete_after_a_failed_switch_is_refused(
+def test_the_internal_parts_of_the_moves_are_not_the_apps_to_call(
     app_sql: psycopg.Connection[tuple[object, ...]],
 ) -> None:
+    """The state machine, the lease check and settling are parts of the moves, called only
+    from inside them: a direct call is refused, so none can be made without its move's own
+    preconditions."""
     step = _settled_step()
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        app_sql.execute("SET session_replication_role = replica")
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        app_sql.execute("DELETE FROM journal_entry WHERE task_id = %s", [step.task_id])
-
-
-def test_the_app_role_may_update_exactly_the_listed_columns(
-    app_sql: psycopg.Connection[tuple[object, ...]],
-) -> None:
-    granted: dict[str, set[str]] = {}
-    rows = app_sql.execute(
-        """
-        SELECT table_name, column_name FROM information_schema.column_privileges
-         WHERE grantee = current_user AND privilege_type = 'UPDATE'
-           AND (table_name LIKE 'journal\\_%' OR table_name LIKE 'agentops\\_%')
-        """
-    ).fetchall()
-    for table, column in rows:
-        granted.setdefault(str(table), set()).add(str(column))
-    expected = {
-        table: set(columns.updatable)
-        for table, columns in APP_COLUMNS.items()
-        if columns.updatable and columns.frozen != ALL
-    }
-    assert granted == expected
-
-
-# --- Issue 15: what a foothold with these credentials tried, refused at business level ------
-
-
-def _paid_renewal(inv: str) -> tuple[Step, Step]:
-    """A renewal run for real against the sandbox: its done charge and its done receipt."""
-    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
-    assert run(task).stopped == "finished"
-    charge_step = Step.objects.get(task=task, tool="charge_customer")
-    receipt = Step.objects.get(task=task, tool="send_email")
-    assert (charge_step.state, receipt.state) == ("done", "done")
-    return charge_step, receipt
-
-
-@pytest.mark.usefixtures("committed", "world", "clean_faults")
-@pytest.mark.parametrize("as_owner", [False, True], ids=["app", "owner"])
-def test_an_undo_link_cannot_be_forged_to_pay_an_invoice_twice(
-    app_sql: psycopg.Connection[tuple[object, ...]],
-    payments_sandbox: SandboxHandle,
-    as_owner: bool,
-) -> None:
-    """The attack: point a done charge's ``offset_by`` at any other done step of its task
-    (the receipt), so the invoice looks refunded, then renew it again."""
-    inv = invoice()
-    paid, receipt = _paid_renewal(inv)
-    params = owner_connection().get_connection_params() if as_owner else None
-    with contextlib.ExitStack() as stack:
-        conn = (
-            stack.enter_context(psycopg.connect(**params, autocommit=True))
-            if params is not None
-            else app_sql
-        )
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="recorded as its undo"):
-            conn.execute(
-                "UPDATE journal_step SET offset_by_id = %s WHERE id = %s", [receipt.pk, paid.pk]
-            )
-        # Nor a done undo of another step, nor of another task.
-        other, _ = _paid_renewal(invoice())
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute(
-                "UPDATE journal_step SET offset_by_id = %s WHERE id = %s", [other.pk, paid.pk]
-            )
-    assert Step.objects.get(pk=paid.pk).offset_by_id is None
-    again = task_start(kind="renewal", goal="renew again", refs=renewal_refs(inv))
-    assert run(again).stopped == "finished"
-    refused = Step.objects.get(task=again, tool="charge_customer")
-    assert (refused.state, refused.refusal) == ("not_done", "already_done")
-    assert len(charges_of(payments_sandbox, inv)) == 1
-
-
-FORGED_STEPS = {
-    "done": ("done", "", '{"state": "done", "evidence": {"charge": "ch_FORGED"}}', "now()"),
-    "unknown": ("unknown", "", '{"reason": "timed out", "evidence": {"charge": "ch_X"}}', "NULL"),
-    "refusal with evidence": (
-        "not_done",
-        "in_flight",
-        '{"proof": "refused", "evidence": {"charge": "ch_FORGED"}}',
-        "now()",
-    ),
-    "refusal without its code": ("not_done", "", '{"proof": "declined"}', "now()"),
-    "pending with an outcome": ("pending", "", '{"evidence": {"charge": "ch_FORGED"}}', "NULL"),
-    # Even as a step about to be attempted: the task is over and no lease is held.
-    "pending, into a finished task": ("pending", "", "{}", "NULL"),
-}
-
-
-@pytest.mark.usefixtures("committed", "world", "clean_faults")
-@pytest.mark.parametrize("forged", sorted(FORGED_STEPS))
-def test_a_step_is_never_born_settled(
-    app_sql: psycopg.Connection[tuple[object, ...]], forged: str
-) -> None:
-    """The attack: insert a charge step already ``done`` (with a receipt) for a task that
-    finished without paying; the customer's page would then say Paid. (What stays open to
-    these credentials is the app's own job, in several journaled statements: take a task's
-    lease and settle a step in flight with made-up evidence — docs/design.md §4.)"""
-    inv = invoice()
-    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv, payment_method=DECLINED))
-    assert run(task).stopped == "finished"
-    assert payment_of(invoice=inv) is not None
-    before = payment_of(invoice=inv)
-    assert before is not None and before.state == "not_done"
-    state, refusal, outcome, settled = FORGED_STEPS[forged]
-    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="step ao:"):
-        app_sql.execute(
-            f"""
-            INSERT INTO journal_step (task_id, n, kind, tool, args, key, cost, guard, once,
-                retries, refusal, undo_tool, state, detail, outcome, attempts, lookups,
-                decision, created_at, settled_at)
-            SELECT id, step_count + 1, 'call', 'charge_customer', '{{}}'::jsonb,
-                   journal_step_key(p_task => id, p_n => step_count + 1), 'full', NULL, false,
-                   0, %s, '',
-                   %s, 'forged', %s::jsonb, 0, 0, '{{}}'::jsonb, now(), {settled}
-              FROM journal_task WHERE id = %s
-            """,  # noqa: S608
-            [refusal, state, outcome, task.pk],
-        )
-    assert payment_of(invoice=inv) == before
-
-
-# Each is refused by the rule for the state it is born in (journal/sql/journal_step_born),
-# not by the one before it (a runnable task, a live lease, its own number): that is passed.
-BORN_UNDER_A_LEASE = {
-    "done": (
-        "done",
-        "",
-        '{"state": "done", "evidence": {"charge": "ch_FORGED"}}',
-        "now()",
-        "a call step is never recorded done",
-    ),
-    "unknown": (
-        "unknown",
-        "",
-        '{"reason": "timed out", "evidence": {"charge": "ch_X"}}',
-        "NULL",
-        "a call step is never recorded unknown",
-    ),
-    "refusal with evidence": (
-        "not_done",
-        "in_flight",
-        '{"proof": "refused", "evidence": {"charge": "ch_FORGED"}}',
-        "now()",
-        "never attempted and with no evidence",
-    ),
-    "pending with evidence": (
-        "pending",
-        "",
-        '{"evidence": {"charge": "ch_FORGED"}}',
-        "NULL",
-        "carries no outcome yet",
-    ),
-}
-
-
-@pytest.mark.parametrize("forged", sorted(BORN_UNDER_A_LEASE))
-@pytest.mark.parametrize("as_owner", [False, True], ids=["app", "owner"])
-def test_a_step_is_never_born_settled_even_under_a_live_lease(
-    app_sql: psycopg.Connection[tuple[object, ...]], forged: str, as_owner: bool
-) -> None:
-    """The same attack on a task that can still advance: take its lease as these
-    credentials can (the columns of a lease are the app's to write), number the step as
-    the task counts it, and insert it settled. The birth rule refuses it by its state."""
-    task = task_create(kind="renewal", goal="renew", refs=renewal_refs(invoice()))
-    state, refusal, outcome, settled, rule = BORN_UNDER_A_LEASE[forged]
-    params = owner_connection().get_connection_params() if as_owner else None
-    with contextlib.ExitStack() as stack:
-        conn = (
-            stack.enter_context(psycopg.connect(**params, autocommit=True))
-            if params is not None
-            else app_sql
-        )
-        taken = conn.execute(
-            """
-            UPDATE journal_task
-               SET lease_owner = 'foothold', lease_token = lease_token + 1,
-                   lease_taken_at = now(), lease_expires_at = now() + interval '1 minute',
-                   step_count = step_count + 1, version = version + 1
-             WHERE id = %s AND status = 'runnable'
-            RETURNING step_count
-            """,
-            [task.pk],
-        ).fetchall()
-        assert taken == [(1,)]
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=rule) as refused:
-            conn.execute(
-                f"""
-                INSERT INTO journal_step (task_id, n, kind, tool, args, key, cost, guard,
-                    once, retries, refusal, undo_tool, state, detail, outcome, attempts,
-                    lookups, decision, created_at, settled_at)
-                SELECT id, step_count, 'call', 'charge_customer', '{{}}'::jsonb,
-                       journal_step_key(p_task => id, p_n => step_count), 'full', NULL,
-                       false, 0, %s, '', %s, 'forged', %s::jsonb, 0, 0, '{{}}'::jsonb,
-                       now(), {settled}
-                  FROM journal_task WHERE id = %s
-                """,  # noqa: S608
-                [refusal, state, outcome, task.pk],
-            )
-        assert "recorded only for a runnable task" not in str(refused.value)
-    assert not Step.objects.filter(task=task).exists()
-
-
-@pytest.mark.parametrize("as_owner", [False, True], ids=["app", "owner"])
-def test_an_undo_link_cannot_name_the_undo_of_another_step_of_the_task(
-    app_sql: psycopg.Connection[tuple[object, ...]], as_owner: bool
-) -> None:
-    """Two charges of one saga, the second refunded and the first not (its refund was
-    refused): the second's done refund is a real undo of the same task, but not of the
-    first charge, so it cannot mark the first as undone (journal/sql/journal_step_rules)."""
-    provider, tools = saga_world()
-    tools["charge"].script = ["ok", "ok", "refuse"]
-    tools["refund"].script = ["ok", "refuse"]
-    task = task_create(kind="trip", goal="saga", plan=[{"tool": "charge"}])
-    task_advance(
-        task_id=task.pk,
-        planner=ScriptedPlanner([charge(invoice()), charge(invoice()), charge(invoice())]),
-        tools=tools,
-        rules=SagaRules(),
-    )
-    made = {s.n: s for s in Step.objects.filter(task=task, kind="call")}
-    first, second, undo = made[1], made[2], made[4]
-    assert (first.state, second.state, undo.state) == ("done", "done", "done")
-    assert (undo.tool, undo.offsets_id, second.offset_by_id) == ("refund", second.pk, undo.pk)
-    assert (made[5].tool, made[5].offsets_id, made[5].state) == ("refund", first.pk, "not_done")
-    params = owner_connection().get_connection_params() if as_owner else None
-    with contextlib.ExitStack() as stack:
-        conn = (
-            stack.enter_context(psycopg.connect(**params, autocommit=True))
-            if params is not None
-            else app_sql
-        )
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="recorded as its undo"):
-            conn.execute(
-                "UPDATE journal_step SET offset_by_id = %s WHERE id = %s", [undo.pk, first.pk]
-            )
-    assert Step.objects.get(pk=first.pk).offset_by_id is None
-
-
-@pytest.mark.usefixtures("committed", "world", "clean_faults")
-def test_a_finish_step_is_written_only_as_its_task_ends(
-    app_sql: psycopg.Connection[tuple[object, ...]],
-) -> None:
-    task = task_create(kind="renewal", goal="renew", refs=renewal_refs(invoice()))
-    for tool, args in (("", "{}"), ("charge_customer", '{"amount": 4900}')):
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="finish step"):
-            app_sql.execute(
-                """
-                INSERT INTO journal_step (task_id, n, kind, tool, args, key, cost, once,
-                    retries, refusal, undo_tool, state, detail, outcome, attempts, lookups,
-                    decision, created_at, settled_at)
-                VALUES (%s, 1, 'finish', %s, %s::jsonb,
-                        journal_step_key(p_task => %s::uuid, p_n => 1), '', false, 0, '',
-                        '', 'done', 'paid', '{"evidence": {"charge": "ch_FORGED"}}', 0, 0,
-                        '{}', now(), now())
-                """,
-                [task.pk, tool, args, str(task.pk)],
-            )
-    assert not Step.objects.filter(task=task).exists()
-
-
-def test_no_temporary_table_can_stand_in_for_a_journal_table(
-    app_sql: psycopg.Connection[tuple[object, ...]],
-) -> None:
-    """A temporary ``journal_step`` holding a made-up undo would be searched before the real
-    one by a function that does not pin its search path. The app may make none, and the
-    journal's functions look in pg_temp last, so not even the owner's temporary table
-    counts."""
-    paid = _settled_step(undo="refund")
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        app_sql.execute("CREATE TEMP TABLE journal_step (id bigint)")
-    params = owner_connection().get_connection_params()
-    with psycopg.connect(**params) as owner:
-        owner.execute(
-            "CREATE TEMP TABLE journal_step (id bigint, task_id uuid, offsets_id bigint, "
-            "state text, kind text, tool text)"
-        )
-        owner.execute(
-            "INSERT INTO journal_step VALUES (%s, %s, %s, 'done', 'call', %s)",
-            [paid.pk, paid.task_id, paid.pk, paid.undo_tool],
-        )
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="recorded as its undo"):
-            owner.execute(
-                "UPDATE public.journal_step SET offset_by_id = %s WHERE id = %s",
-                [paid.pk, paid.pk],
-            )
-        owner.rollback()
-    assert Step.objects.get(pk=paid.pk).offset_by_id is None
+    for sql in (
+        "SELECT * FROM journal_transition(p_task => %s, p_to => 'needs_human', "
+        "p_from => ARRAY['runnable'], p_code => 'x', p_reason => 'y')",
+        "SELECT * FROM journal_hold(p_task => %s, p_token => 1, p_lease => 60)",
+        "SELECT * FROM journal_saga_unwound(p_task => %s, p_reason => 'y')",
+    ):
+        _refused(app_sql, sql, [step.task_id])
 
 
 @pytest.mark.parametrize(
@@ -485,5 +381,4 @@ def test_the_app_only_reads_the_guards_claims(
 ) -> None:
     """The claims are the database's own (journal_step_claims): an app that could delete the
     claim of a paid invoice could pay it again."""
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        app_sql.execute(statement)
+    _refused(app_sql, statement, [])

@@ -43,6 +43,7 @@ from agentops.telemetry import instruments
 from agentops.workers import WORKER_ARGS, AgentopsWorker
 from devtools.database import database_url
 from devtools.process import Popen, end, free_port, spawn
+from journal.leases import lease_acquire
 from journal.models import Attention, Entry, Task
 from journal.operator import task_resume
 from journal.record import task_create
@@ -215,7 +216,11 @@ def new_task() -> Task:
 
 
 def flag(task: Task) -> None:
-    task_flag(task_id=task.pk, code=Attention.PARKED, reason="a person should look")
+    """Its runner hands it to a person, on this thread's connection (in its transaction, if
+    one is open)."""
+    lease = lease_acquire(task_id=task.pk, owner="test")
+    assert lease is not None
+    task_flag(lease=lease, code=Attention.PARKED, reason="a person should look", release=True)
 
 
 def finish(task: Task) -> None:

@@ -21,15 +21,17 @@ from django.test.utils import CaptureQueriesContext
 
 from agentops.runner import task_cancel, task_start
 from commerce.customers.links import payment_link, payment_token
+from journal.entries import note
 from journal.leases import lease_acquire, lease_release
 from journal.models import Attention, Entry, EntryKind, Step, Task
 from journal.outcomes import Outcome
 from journal.perform import step_perform
 from journal.record import step_record, task_create
 from journal.run import task_advance
-from journal.settle import step_mark_unknown, step_settle
+from journal.settle import step_mark_unknown, step_noted, step_settle
 from journal.status import task_flag
 from tests.agentops.workers import quiet_world
+from tests.databases import flag
 from tests.journal.support import ChargeTool, Provider, ScriptedPlanner, charge, invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
@@ -82,7 +84,6 @@ def unknown_step(task: Task | None = None, *, flagged: bool = False) -> Step:
     if flagged:
         task_flag(
             lease=lease,
-            task_id=task.pk,
             code=Attention.KEY_DEAD,
             reason="key died",
             step_id=step.pk,
@@ -283,7 +284,7 @@ def test_polling_answers_204_when_nothing_changed_and_286_when_nothing_is_in_fli
     assert changed.status_code == 200 and "ch_x" in changed.content.decode()
     # With a person, it keeps polling: a webhook or a colleague may still settle a step.
     task = Task.objects.get(pk=step.task_id)
-    task_flag(task_id=task.pk, code=Attention.PARKED, reason="done watching")
+    flag(task.pk, "parked", "done watching")
     assert c.get(f"/tasks/{step.task_id}?fp={fp}", HTTP_HX_REQUEST="true").status_code == 200
     # Over: the last answer stops the polling.
     task_cancel(task_id=task.pk, actor="ops", reason="nothing more to do")
@@ -352,13 +353,9 @@ def test_text_from_outside_is_escaped_in_the_timeline_and_the_arguments() -> Non
     page draws them as text (the timeline is built in Python, not by the template)."""
     step = unknown_step()
     evil = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
-    Entry.objects.bulk_create(
-        [
-            Entry(
-                task_id=step.task_id, step_id=step.pk, kind="webhook_received", data={"type": evil}
-            ),
-            Entry(task_id=step.task_id, step_id=step.pk, kind="lookup", data={"result": evil}),
-        ]
+    step_noted(
+        step_id=step.pk,
+        notes=[note(EntryKind.WEBHOOK_RECEIVED, type=evil), note(EntryKind.LOOKUP, result=evil)],
     )
     html = client_for(user("Operators")).get(f"/tasks/{step.task_id}").content.decode()
     assert evil not in html and "<img src=x" not in html and "<script>alert" not in html
@@ -425,7 +422,7 @@ def test_a_payment_a_held_or_flagged_task_may_still_make_is_never_shown_as_not_p
     they let it go on: the customer is asked to wait, and cannot start another payment."""
     inv = invoice()
     task = renewal(invoice=inv)
-    task_flag(task_id=task.pk, code=Attention.PLANNER_FAILED, reason="the model was down")
+    flag(task.pk, "planner_failed", "the model was down")
     anyone = Client()
     link = payment_link(inv)
     page = anyone.get(link).content.decode()

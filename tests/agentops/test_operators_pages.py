@@ -20,15 +20,15 @@ from agentops.operators.selectors import PER_PAGE
 from agentops.runner import task_start
 from agentops.tools import tool_registry
 from journal.leases import lease_acquire, lease_release
-from journal.models import Attention, Entry, EntryKind, Step, Task
-from journal.operator import task_cancel
+from journal.models import Entry, EntryKind, Step, Task
+from journal.operator import step_resolve
 from journal.outcomes import Outcome
 from journal.protocols import Call
 from journal.record import step_record, task_create
 from journal.sagas import approval_request
 from journal.settle import step_settle
-from journal.status import task_flag
 from tests.agentops.test_operators import client_for, redis, unknown_step, user  # noqa: F401
+from tests.databases import flag
 from tests.journal.support import invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
@@ -55,8 +55,8 @@ def held_trip() -> Task:
 
 
 def late_charge() -> Step:
-    """A renewal's charge settled not done by hand, the task cancelled; then the provider's
-    report that it succeeded: a conflict, with the charge's evidence."""
+    """A renewal's charge settled not done by hand, the task still with the person; then the
+    provider's report that it succeeded: a conflict, with the charge's evidence."""
     inv = invoice()
     task = task_create(kind="renewal", goal="renew", refs={"invoice": inv, "amount": 4900})
     lease = lease_acquire(task_id=task.pk, owner="runner")
@@ -67,15 +67,9 @@ def late_charge() -> Step:
         decision=Call("charge_customer", args),
         tools={"charge_customer": tool_registry()["charge_customer"]},
     )
-    step_settle(
-        step_id=step.pk,
-        outcome=Outcome.not_done("settled by hand by ops: nothing at the provider"),
-        via="operator",
-        lease=lease,
-    )
     lease_release(lease)
-    task_flag(task_id=task.pk, code=Attention.PARKED, reason="looked at")
-    task_cancel(task_id=task.pk, actor="ops", reason="the customer gave up")
+    flag(task.pk, "rounds_exhausted", "the charge timed out and the lookups found nothing")
+    step_resolve(step_id=step.pk, actor="ops", done=False, reason="nothing at the provider")
     evidence = {"payment_intent": "pi_late1", "charge": "ch_late1", "amount": 4900}
     step_settle(
         step_id=step.pk,

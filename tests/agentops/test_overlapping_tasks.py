@@ -21,11 +21,11 @@ from django.db.models.functions import Now
 from django.test import override_settings
 
 from agentops.runner import task_start
-from journal.models import Attention, Entry, EntryKind, Step, Task
+from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
-from journal.status import task_flag
 from tests.agentops.test_business_effects import charges_of, renewal_refs, run
 from tests.agentops.workers import quiet_world
+from tests.databases import flag
 from tests.journal.support import invoice
 from tests.sandbox.fixtures import SandboxHandle, wait_for
 
@@ -157,7 +157,7 @@ def test_a_renewal_blocked_by_a_charge_with_a_person_backs_off_instead_of_spinni
     payments_sandbox.client.fault("payment_intents.create", "latency_after_effect", delay=1.5)
     one_round = Policy(lookup_schedule=(30.0,), max_steps=10)
     assert run(first, policy=one_round).stopped == "waiting"
-    task_flag(task_id=first.pk, code=Attention.PARKED, reason="an operator looks into it")
+    flag(first.pk, "parked", "an operator looks into it")
 
     backing_off = Policy(lookup_schedule=(0.2, 0.4, 0.8), max_steps=10)
     second = task_start(kind="renewal", goal="renew again", refs=renewal_refs(inv))

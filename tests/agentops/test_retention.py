@@ -25,14 +25,13 @@ from django.test import override_settings
 from agentops.retention import RANG_KEY, journal_retain, retention_sweep
 from agentops.runner import run_queue, task_start
 from journal.keys import task_id_new
-from journal.models import Attention, Partition, Retention, Step, Task
+from journal.models import Partition, Retention, Step, Task
 from journal.record import task_create
 from journal.retention import partition_expired, retention_configure
-from journal.status import task_flag
 from journal.summary import evidence_label
 from tests.agentops.test_business_effects import charges_of, renewal_refs, run
 from tests.agentops.workers import quiet_world
-from tests.databases import owner_connection
+from tests.databases import flag, owner_connection
 from tests.journal.support import invoice
 from tests.sandbox.fixtures import SandboxHandle, wait_for
 
@@ -144,7 +143,7 @@ def test_a_dropped_range_takes_its_tasks_and_a_paid_invoice_stays_refused(
     flagged = task_create(
         kind="renewal", goal="with a person", refs=renewal_refs(invoice()), task_id=task_id_new(at)
     )
-    task_flag(task_id=flagged.pk, code=Attention.ROUNDS_EXHAUSTED, reason="a person looks at it")
+    flag(flagged.pk, "rounds_exhausted", "a person looks at it")
     wait_for(lambda: partition_expired(partition.name)[1] is not None, timeout=5, what="kept")
     assert "1 of its 2 tasks are not over" in (partition_expired(partition.name)[1] or "")
     report = journal_retain()
@@ -194,7 +193,7 @@ def test_a_range_with_a_step_in_flight_or_still_recent_activity_stays() -> None:
     # Over, but a person touched it just now: the keep counts from the last thing written.
     from journal.operator import task_cancel
 
-    task_flag(task_id=task.pk, code=Attention.ROUNDS_EXHAUSTED, reason="look")
+    flag(task.pk, "rounds_exhausted", "look")
     task_cancel(task_id=task.pk, actor="operator:ada", reason="done with")
     tasks, reason = partition_expired(partition.name)
     assert tasks == 1 and reason is not None and "written" in reason

@@ -19,14 +19,14 @@ from agentops.kinds import tools_for
 from agentops.planners.scripted import ScriptedPlanner as Playbooks
 from agentops.runner import RANG_KEY, task_run, task_start, tasks_sweep
 from journal.leases import lease_acquire, lease_release
-from journal.models import Attention, Entry, EntryKind, Step, Task
+from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from journal.protocols import Call, StepFact, TaskFacts
 from journal.record import task_create
 from journal.run import task_advance
-from journal.status import task_flag
 from tests.agentops.test_webhooks import SECRET, event, pending_step, post, sign
 from tests.agentops.workers import quiet_world
+from tests.databases import flag
 from tests.journal.support import ScriptedPlanner, invoice
 from tests.sandbox.fixtures import SandboxHandle
 
@@ -109,16 +109,14 @@ def test_a_run_of_two_steps_is_five_round_trips_and_four_commits(world: Any) -> 
         return found[0] if found else sql[:40]
 
     assert [named(q["sql"]) for q in sent.captured_queries] == [
-        "UPDATE journal_task",  # the lease, returning the task's row
-        "journal_record",
-        "journal_settle_record",
-        "journal_settle_finish",
+        "journal_lease_take",  # the lease, returning the task's row
+        "journal_record",  # the charge
+        "journal_record",  # the charge's settlement, and the receipt
+        "journal_finish",  # the receipt's settlement, and the finish
         "e.id",  # the read-back
     ]
     counted = counters.between(before, after)
-    # The server counts one statement more than was sent: the finish's status entry, which
-    # names the finish step written after it, is checked as it commits (journal_entry_born).
-    assert (counted.statements, counted.commits) == (5 + 1, 4), counted
+    assert (counted.statements, counted.commits) == (5, 4), counted
 
 
 def test_a_task_started_inside_a_transaction_is_rung_for_once_that_commits(world: Any) -> None:
@@ -348,14 +346,14 @@ def test_an_operator_resumes_or_cancels_a_flagged_task_from_the_command_line(
 ) -> None:
     task = task_start(kind="renewal", goal="renew", refs=renewal_refs())
     world.flushdb()
-    task_flag(task_id=task.pk, code=Attention.PARKED, reason="set aside")
+    flag(task.pk, "parked", "set aside")
     out = io.StringIO()
     call_command(
         "resume_task", str(task.pk), "--by", "ops@example.com", "--reason", "checked", stdout=out
     )
     assert out.getvalue().strip() == f"task {task.pk} is runnable now"
     assert queued_task_ids() == [str(task.pk)]  # rung for once the resume was committed
-    task_flag(task_id=task.pk, code=Attention.PARKED, reason="again")
+    flag(task.pk, "parked", "again")
     call_command("cancel_task", str(task.pk), "--by", "ops@example.com", "--reason", "withdrawn")
     assert Task.objects.get(pk=task.pk).status == "cancelled"
     with pytest.raises(CommandError, match="is cancelled; only a task that needs a human"):

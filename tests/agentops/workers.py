@@ -18,9 +18,10 @@ from agentops.workers import WORKER_ARGS
 from devtools.database import database_url
 from devtools.process import Popen, end, spawn
 from devtools.stack.control import stack_control
-from journal.models import Attention, Task
-from journal.status import ADVANCING, task_flag
+from journal.models import Task
+from journal.status import ADVANCING
 from tests.agentops.sandboxed import sandbox_settings
+from tests.databases import flag
 from tests.sandbox.fixtures import SandboxHandle
 
 
@@ -43,7 +44,7 @@ def quiet_world() -> Any:
     redis = django_rq.get_connection("default")
     redis.flushdb()
     for task_id in Task.objects.filter(status__in=ADVANCING).values_list("pk", flat=True):
-        task_flag(task_id=task_id, code=Attention.PARKED, reason="parked by the test suite")
+        flag(task_id, "parked", "parked by the test suite")
     return redis
 
 

@@ -5,24 +5,22 @@ per phone width, and the screenshots."""
 
 from __future__ import annotations
 
+import json
 import uuid
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.test import override_settings
 from django.urls import include, path
 
 from agentops.runner import task_start
 from journal.leases import lease_acquire, lease_release
-from journal.models import Approval, Attention, Task
+from journal.models import Attention, Task
 from journal.outcomes import Outcome
 from journal.perform import step_perform
 from journal.protocols import Call
 from journal.record import step_record, task_create
-from journal.sagas import digest
 from journal.selectors import task_facts_by_id
 from journal.settle import step_mark_unknown
 from tests.browser.conftest import (
@@ -33,6 +31,7 @@ from tests.browser.conftest import (
     screenshot,
     stranger,
 )
+from tests.databases import as_owner
 from tests.journal.support import ChargeTool, Provider, invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
@@ -85,13 +84,20 @@ def every_state() -> Task:
     )
     lease_release(lease)
     args = {"invoice": task.refs["invoice"], "amount": 420000, "currency": "usd"}
-    Approval.objects.create(
-        task=task,
-        tool="charge_customer",
-        args=args,
-        digest=digest("charge_customer", args),
-        reason="charge_customer of 4,200.00 USD is above 3,000.00 USD: a person approves it first",
-        expires_at=Now() + timedelta(hours=1),
+    # A request still pending while the task went to a person: written as the owner (the
+    # page's every state, seeded), as journal_approval_request would have made it.
+    as_owner(
+        "INSERT INTO journal_approval (task_id, tool, args, digest, reason, state, "
+        "requested_at, expires_at, decided_by, decision_reason) "
+        "VALUES (%s, 'charge_customer', %s::jsonb, encode(sha256(convert_to(jsonb_build_object("
+        "'tool', 'charge_customer', 'args', %s::jsonb)::text, 'UTF8')), 'hex'), %s, 'pending', "
+        "now(), now() + interval '1 hour', '', '')",
+        [
+            task.pk,
+            json.dumps(args),
+            json.dumps(args),
+            "charge_customer of 4,200.00 USD is above 3,000.00 USD: a person approves it first",
+        ],
     )
     return task
 

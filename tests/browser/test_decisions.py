@@ -15,16 +15,16 @@ from django.test import override_settings
 from agentops.runner import task_start
 from agentops.tools import tool_registry
 from journal.leases import lease_acquire, lease_release
-from journal.models import Attention, Step, Task
-from journal.operator import step_resolve, task_cancel
+from journal.models import Step, Task
+from journal.operator import step_resolve
 from journal.protocols import Call
 from journal.record import step_record, task_create
-from journal.status import task_flag
 from tests.agentops.sandboxed import sandbox_settings
 from tests.agentops.test_webhooks import SECRET, event, sign
 from tests.agentops.workers import Fleet
 from tests.browser.conftest import log_in, operator, screenshot
 from tests.browser.test_pages import status, trip
+from tests.databases import flag
 from tests.journal.support import invoice
 from tests.sandbox.fixtures import SandboxHandle, wait_for
 
@@ -59,11 +59,11 @@ def unknown_charge(email: str = "ada@example.com") -> Step:
         tools={"charge_customer": tool_registry()["charge_customer"]},
     )
     lease_release(lease)
-    task_flag(
-        task_id=task.pk,
-        code=Attention.ROUNDS_EXHAUSTED,
+    flag(
+        task.pk,
+        "rounds_exhausted",
+        f"step {step.key} (charge_customer) is still unknown after 3 reconciliation rounds",
         step_id=step.pk,
-        reason=f"step {step.key} (charge_customer) is still unknown after 3 reconciliation rounds",
     )
     return Step.objects.get(pk=step.pk)
 
@@ -156,11 +156,11 @@ def test_a_late_charge_is_corrected_and_refunded_from_the_page_once(
     payments_sandbox.client.config(webhook_url=webhooks, webhook_secret=SECRET, webhook_delay=0)
     try:
         step = unknown_charge()
-        # A person found nothing at the provider, settled the charge "not done" and cancelled
-        # the task; then the charge the provider was still working on landed, and its
-        # notification contradicts the journal.
+        # A person found nothing at the provider and settled the charge "not done", the task
+        # still with them; then the charge the provider was still working on landed, and its
+        # notification contradicts the journal. (Had the task been cancelled, it would have
+        # ended: the correction would be recorded, and the refund made by hand.)
         step_resolve(step_id=step.pk, actor="ops", done=False, reason="nothing at the provider")
-        task_cancel(task_id=step.task_id, actor="ops", reason="the customer will pay by cheque")
         with override_settings(**tools):
             tool_registry()["charge_customer"].call(step.args, key=step.key)
         wait_for(

@@ -11,6 +11,7 @@ from agentops.runner import task_start
 from journal.models import Approval, Task
 from tests.agentops.workers import Fleet
 from tests.browser.conftest import log_in, operator, screenshot
+from tests.databases import flag
 from tests.journal.support import invoice
 from tests.sandbox.fixtures import SandboxHandle, wait_for
 
@@ -144,15 +145,13 @@ def test_an_operator_retries_a_declined_payment_from_the_task_page(
 def test_the_task_list_puts_what_needs_a_person_first(
     fleet: Fleet, app_server: str, page: Any
 ) -> None:
-    from journal.models import Attention
-    from journal.status import task_flag
 
     fleet.worker()
     held = trip()
     stuck = renewal(invoice())
     wait_for(lambda: status(held) == "awaiting_approval", timeout=20, what="the hold")
     wait_for(lambda: status(stuck) == "finished", timeout=20, what="the renewal")
-    task_flag(task_id=stuck.pk, code=Attention.CONFLICT, reason="a late webhook says declined")
+    flag(stuck.pk, "conflict", "a late webhook says declined")
     log_in(page, app_server, operator())
     panel = page.inner_text(".attention-panel")
     assert "awaiting approval" in panel and "conflicting reports" in panel

@@ -3,7 +3,7 @@
 Says ``ready`` once Django is set up, then obeys its parent line by line: ``acquire S``
 takes the lease of the task named on the command line for S seconds and says ``acquired N``
 (the token) or ``busy``; ``write`` records a step under that lease and says ``wrote N`` or
-``lease_lost``; ``hold`` opens a transaction and fences (the task's row is locked until it
+``lease_lost``; ``hold`` opens a transaction and renews the lease (the task's row is locked until it
 commits), says ``holding``, and waits for ``commit``, then says ``committed`` or
 ``database_lost``. Start-up time never eats into a lease: nothing is acquired before
 ``ready``.
@@ -23,7 +23,7 @@ def main() -> None:
     django.setup()
     from django.db import DatabaseError, transaction
 
-    from journal.leases import Lease, LeaseLost, fence, lease_acquire
+    from journal.leases import Lease, LeaseLost, lease_acquire, lease_call
     from journal.record import step_record
     from tests.journal.support import ChargeTool, Provider, charge, invoice
 
@@ -51,7 +51,7 @@ def main() -> None:
         elif command == "hold" and lease is not None:
             try:
                 with transaction.atomic():
-                    fence(lease)
+                    lease_call(lease, "journal_lease_renew")
                     print("holding", flush=True)
                     sys.stdin.readline()  # "commit"
             except DatabaseError:  # the server ended the session meanwhile

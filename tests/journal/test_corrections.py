@@ -11,7 +11,7 @@ import pytest
 
 from journal.keys import undo_key
 from journal.leases import lease_acquire, lease_release
-from journal.models import Approval, Attention, Entry, EntryKind, Step, Task
+from journal.models import Approval, Entry, EntryKind, Step, Task
 from journal.operator import (
     approval_approve,
     approval_reject,
@@ -20,13 +20,16 @@ from journal.operator import (
     correction_refusal,
     saga_compensate,
     step_correct,
+    step_resolve,
     task_cancel,
+    task_resume,
 )
 from journal.outcomes import Outcome
 from journal.record import step_record, task_create
 from journal.run import task_advance
 from journal.settle import step_settle
-from journal.status import TransitionRefused, task_flag
+from journal.status import TransitionRefused
+from tests.databases import flag
 from tests.journal.support import ChargeTool, Provider, ScriptedPlanner, charge, invoice
 from tests.journal.test_sagas import SagaRules, saga_task, world
 
@@ -40,22 +43,21 @@ def tools_of(provider: Provider, *, once: bool = True) -> dict[str, Any]:
     }
 
 
-def late_charge(provider: Provider, tools: dict[str, Any], inv: str | None = None) -> Step:
-    """A charge settled not done by hand, its task cancelled; then the charge lands at the
-    provider and its report contradicts the journal: a conflict, the task with a person."""
+def late_charge(
+    provider: Provider, tools: dict[str, Any], inv: str | None = None, *, cancel: bool = True
+) -> Step:
+    """A charge settled not done by hand, its task cancelled (or, with ``cancel`` false, left
+    with the person); then the charge lands at the provider and its report contradicts the
+    journal: a conflict, the task with a person."""
     task = task_create(kind="renewal", goal="renew", refs={"invoice": inv or invoice()})
     lease = lease_acquire(task_id=task.pk, owner="runner")
     assert lease is not None
     step = step_record(lease=lease, decision=charge(task.refs["invoice"]), tools=tools)
-    step_settle(
-        step_id=step.pk,
-        outcome=Outcome.not_done("settled by hand by ops: nothing at the provider"),
-        via="operator",
-        lease=lease,
-    )
     lease_release(lease)
-    task_flag(task_id=task.pk, code=Attention.PARKED, reason="checked by hand")
-    task_cancel(task_id=task.pk, actor="ops", reason="the customer gave up")
+    flag(task.pk, reason="the charge timed out and the lookups found nothing")
+    step_resolve(step_id=step.pk, actor="ops", done=False, reason="nothing at the provider")
+    if cancel:
+        task_cancel(task_id=task.pk, actor="ops", reason="the customer gave up")
     landed = provider.apply(step.key, step.args)  # the charge that was late
     step_settle(
         step_id=step.pk,
@@ -116,7 +118,7 @@ def test_an_approval_needs_no_reason_and_a_rejection_says_what_it_rejected() -> 
 def test_a_late_charge_is_corrected_and_refunded_by_the_same_keyed_undo() -> None:
     provider = Provider()
     tools = tools_of(provider)
-    late = late_charge(provider, tools)
+    late = late_charge(provider, tools, cancel=False)
     landed = provider.find(late.key)
     assert landed is not None
     correction = step_correct(
@@ -162,6 +164,34 @@ def test_a_late_charge_is_corrected_and_refunded_by_the_same_keyed_undo() -> Non
     assert Task.objects.get(pk=task.pk).status == "compensated"
 
 
+def test_a_late_charge_of_a_cancelled_task_is_recorded_and_the_task_stays_over() -> None:
+    """Finished means finished: the correction records the effect (so the guards know the
+    invoice was paid), and the task, which ended cancelled, never runs again, to undo it or
+    for anything else; resumed, it is cancelled again."""
+    provider = Provider()
+    tools = tools_of(provider)
+    inv = invoice()
+    late = late_charge(provider, tools, inv)
+    landed = provider.find(late.key)
+    assert landed is not None
+    correction = step_correct(
+        step_id=late.pk, actor="ada", evidence={"id": landed.id}, reason="it landed", tools=tools
+    )
+    task = Task.objects.get(pk=late.task_id)
+    assert "runs no more" in task.attention and task.ended_as == "cancelled"
+    with pytest.raises(TransitionRefused, match="never runs again"):
+        saga_compensate(task_id=task.pk, actor="ada", reason="refund it")
+    assert task_resume(task_id=task.pk, actor="ada", reason="refunded by hand") == "cancelled"
+    # The invoice stands paid: another task's charge of it is refused, with the evidence.
+    other = task_create(kind="renewal", goal="renew", refs={"invoice": inv})
+    lease = lease_acquire(task_id=other.pk, owner="runner")
+    assert lease is not None
+    again = step_record(lease=lease, decision=charge(inv), tools=tools)
+    assert again.state == "not_done" and again.refusal == "already_done"
+    assert correction.key in again.detail
+    assert [e.key for e in provider.ledger if e.key.startswith(f"ao:{other.pk}")] == []
+
+
 def test_a_correction_without_the_evidence_the_tool_declares_is_refused_and_writes_nothing() -> (
     None
 ):
@@ -192,7 +222,7 @@ def test_a_correction_the_guards_refuse_writes_nothing() -> None:
     step_settle(step_id=paid.pk, outcome=Outcome.done({"id": "eff_x"}), via="t", lease=lease)
     lease_release(lease)
     before = (Step.objects.filter(task_id=late.task_id).count(), Entry.objects.count())
-    with pytest.raises(TransitionRefused, match="cannot be recorded: already done"):
+    with pytest.raises(TransitionRefused, match="cannot be recorded: another charge"):
         step_correct(step_id=late.pk, actor="ada", evidence={"id": "e"}, reason="x", tools=tools)
     assert (Step.objects.filter(task_id=late.task_id).count(), Entry.objects.count()) == before
     task = Task.objects.get(pk=late.task_id)
@@ -202,20 +232,22 @@ def test_a_correction_the_guards_refuse_writes_nothing() -> None:
 def test_only_a_step_settled_not_done_after_it_was_sent_is_corrected() -> None:
     provider = Provider()
     tools = tools_of(provider)
-    late = late_charge(provider, tools)
-    task = Task.objects.get(pk=late.task_id)
-    steps = list(Step.objects.filter(task=task))
-    assert correction_refusal(task=task, step=late, steps=steps) is None
-    done = Step(key="ao:x:1", kind="call", state="done", n=9)
-    assert "only a step settled not done" in str(
-        correction_refusal(task=task, step=done, steps=steps)
-    )
-    refused = Step(key="ao:x:2", kind="call", state="not_done", refusal="already_done", n=8)
-    assert "never sent" in str(correction_refusal(task=task, step=refused, steps=steps))
-    task.status = "finished"
-    assert "only a task that needs a person" in str(
-        correction_refusal(task=task, step=late, steps=steps)
-    )
+    late = late_charge(provider, tools, cancel=False)
+    assert correction_refusal(step_id=late.pk) is None
+    # Another task's step done, and a refused one: neither can be corrected.
+    task = task_create(kind="renewal", goal="renew", refs={"invoice": invoice()})
+    lease = lease_acquire(task_id=task.pk, owner="runner")
+    assert lease is not None
+    done = step_record(lease=lease, decision=charge(task.refs["invoice"]), tools=tools)
+    step_settle(step_id=done.pk, outcome=Outcome.done({"id": "e"}), via="attempt", lease=lease)
+    refused = step_record(lease=lease, decision=charge(task.refs["invoice"]), tools=tools)
+    assert refused.refusal == "already_done"
+    lease_release(lease)
+    flag(task.pk)
+    assert "only a step settled not done" in str(correction_refusal(step_id=done.pk))
+    assert "never sent" in str(correction_refusal(step_id=refused.pk))
+    task_resume(task_id=late.task_id, actor="ops", reason="go on")
+    assert "only a task that needs a person" in str(correction_refusal(step_id=late.pk))
 
 
 def test_cancel_and_compensate_say_why_not_with_the_services_own_sentence() -> None:
@@ -226,27 +258,25 @@ def test_cancel_and_compensate_say_why_not_with_the_services_own_sentence() -> N
     assert lease is not None
     step = step_record(lease=lease, decision=charge(invoice()), tools=tools)
     lease_release(lease)
-    task_flag(task_id=task.pk, code=Attention.PARKED, reason="looked at by a person")
-    task.refresh_from_db()
-    steps = list(Step.objects.filter(task=task))
-    why = cancel_refusal(task=task, steps=steps)
+    flag(task.pk, reason="looked at by a person")
+    why = cancel_refusal(task_id=task.pk)
     assert why is not None and "it may have happened" in why
     with pytest.raises(TransitionRefused) as refused:
         task_cancel(task_id=task.pk, actor="ops", reason="stop")
     assert str(refused.value) == why
     # Not a saga, nothing done to undo: compensating is refused, with the same sentence.
-    why = compensate_refusal(task=task, steps=steps)
+    why = compensate_refusal(task_id=task.pk)
     assert why is not None and "no done effect that can be undone" in why
     with pytest.raises(TransitionRefused) as refused:
         saga_compensate(task_id=task.pk, actor="ops", reason="undo")
     assert str(refused.value) == why
     # Once the charge is settled done, there is something to undo, and nothing stays open.
-    step_settle(step_id=step.pk, outcome=Outcome.done({"id": "eff_1"}), via="operator")
-    steps = list(Step.objects.filter(task=task))
-    assert compensate_refusal(task=task, steps=steps) is None
-    assert cancel_refusal(task=task, steps=steps) is None  # not a saga: a person may stop it
-    task.status = "waiting"
-    assert "only while it needs a person" in str(compensate_refusal(task=task, steps=steps))
-    task.status = "cancelled"
-    assert "it is over" in str(compensate_refusal(task=task, steps=steps))
-    assert "only a task that needs a human" in str(cancel_refusal(task=task, steps=steps))
+    step_resolve(step_id=step.pk, actor="ops", done=True, evidence="eff_1", reason="seen")
+    assert compensate_refusal(task_id=task.pk) is None
+    assert cancel_refusal(task_id=task.pk) is None  # not a saga: a person may stop it
+    task_resume(task_id=task.pk, actor="ops", reason="go on")
+    assert "only while it needs a person" in str(compensate_refusal(task_id=task.pk))
+    flag(task.pk)
+    task_cancel(task_id=task.pk, actor="ops", reason="stop")
+    assert "over" in str(compensate_refusal(task_id=task.pk))
+    assert "only a task that needs a human" in str(cancel_refusal(task_id=task.pk))

@@ -1,7 +1,7 @@
 """The cost of safety: one durable commit per effect step in a run, and nothing around it.
 
 An effect step's record and its settlement are each one statement; the runner sends a
-step's settlement with the next step's record (journal_settle_record), so a run of steps
+step's settlement with the next step's record (journal_record's p_settles), so a run of steps
 costs one statement, one round trip and one commit per step, the first record and the last
 settlement (with the finish) aside.
 
@@ -131,7 +131,7 @@ def test_the_steps_statements_are_prepared_on_the_server() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements WHERE from_sql IS false")
         prepared = " ".join(row[0] for row in cursor.fetchall())
-    for function in ("journal_record", "journal_settle_record", "journal_settle_finish"):
+    for function in ("journal_lease_take", "journal_record", "journal_finish"):
         assert function in prepared, function
 
 
@@ -175,9 +175,9 @@ class OncePerInvoice(NoopTool):
         return True
 
 
-# What PostgreSQL runs inside the one statement a step sends (journal_settle_record), counted
-# by the server: the fence; the settlement, its claims given back and its entry, whose step is
-# checked to be the task's; the record, its birth rule, its claims and its entry, likewise.
+# What PostgreSQL runs inside the one statement a step sends (journal_record, carrying the last
+# step's settlement), counted by the server: the lease check (journal_hold); the settlement,
+# its claims given back and its entry; the record, its claims and its entry.
 # A read of the task added (as the settlement and the record each made before they were told
 # what the fence took), a rule's query asked when it cannot fail, or a claim in two statements
 # (docs/design.md §14) shows here.

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from journal.models import Step, Task
 from journal.protocols import Decision, TaskFacts
@@ -77,24 +77,27 @@ def test_a_run_stopped_inside_a_write_for_longer_than_its_lease_ends_as_a_lost_d
     the task's row lock: agentops/settings.py). The runner, when it goes on, finds its
     session gone: that is a lost database, not a bug to hand to a person.
 
-    A step's record, its settlement and a task's finish are one statement each, with
-    nothing in between to stop in; marking a timed-out call unknown is a transaction of
-    several, and is where it stops here. The charge landed; the next run finds the step it
-    never heard back from and looks it up instead of charging again.
+    Every move of the journal is one statement, committed by itself, with nothing in between
+    to stop in; a caller may still make one inside a transaction of its own. Here the move
+    that marks a timed-out call unknown is, and the runner stops after it, before the commit,
+    the task's row locked. The charge landed; the next run finds the step it never heard back
+    from and looks it up instead of charging again.
     """
     import journal.leases
     import journal.settle
 
-    real_fence = journal.leases.fence
+    real_call = journal.leases.lease_call
     stalls = [2.5]  # past the tests' 2 s lease, once
 
-    def stalling_fence(lease: Any, **options: Any) -> Any:
-        fenced = real_fence(lease, **options)
-        if stalls:
+    def stalling_call(lease: Any, function: str, **options: Any) -> Any:
+        if function != "journal_mark_unknown" or not stalls:
+            return real_call(lease, function, **options)
+        with transaction.atomic():
+            row = real_call(lease, function, **options)
             time.sleep(stalls.pop())  # stopped here, the task's row locked
-        return fenced
+        return row
 
-    monkeypatch.setattr(journal.settle, "fence", stalling_fence)
+    monkeypatch.setattr(journal.settle, "lease_call", stalling_call)
     task = task_create(kind="renewal", goal="charge")
     tool = ChargeTool(Provider(), script=["timeout_after"])
     planner = ScriptedPlanner([charge(invoice())])

@@ -1,24 +1,26 @@
-"""What PostgreSQL itself refuses, whatever the code does (docs/design.md §4).
+"""What PostgreSQL itself holds, whatever the app's code does (docs/design.md §4).
 
-The triggers hold even against the role that owns the tables, so these tests make their
-raw writes as that role (``owner_connection``); what the app's own role cannot even try is
-in tests/agentops/test_database_roles.py.
+No app role writes a journal table: every write is one of the journal's functions, which
+make only their own moves. So these tests try raw writes as the app's role, on a plain
+psycopg connection as an attacker with DATABASE_URL would, and are refused by privilege;
+and they ask the functions for what they must not do. The owner of the tables is trusted
+(it could switch any rule off): nothing here holds against it.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import psycopg
 import pytest
-from django.db import DatabaseError, transaction
+from django.db import connection
 
 from journal.leases import lease_acquire
 from journal.models import Entry, EntryKind, Step
 from journal.outcomes import Outcome
 from journal.record import step_record, task_create
 from journal.settle import step_settle
-from tests.databases import owner_connection
 from tests.journal.support import ChargeTool, Provider, charge, invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
@@ -34,69 +36,61 @@ def _task_with_settled_step() -> Step:
     return step
 
 
+@pytest.fixture
+def app() -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """A fresh connection with the app's own credentials, autocommit, as an attacker's."""
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as conn:
+        yield conn
+
+
 @pytest.mark.parametrize(
     "sql",
     [
         "UPDATE journal_entry SET kind = 'operator_action' WHERE task_id = %s",
         "UPDATE journal_entry SET data = '{}'::jsonb WHERE task_id = %s",
         "DELETE FROM journal_entry WHERE task_id = %s",
+        "INSERT INTO journal_entry (task_id, kind, at, actor, data) "
+        "VALUES (%s, 'step_settled', now(), 'stripe', '{}')",
+        "UPDATE journal_step SET key = 'forged-key' WHERE task_id = %s",
+        "UPDATE journal_step SET args = '{\"amount\": 1}'::jsonb WHERE task_id = %s",
+        "UPDATE journal_step SET state = 'unknown', settled_at = NULL WHERE task_id = %s",
+        "DELETE FROM journal_step WHERE task_id = %s",
+        "UPDATE journal_task SET status = 'needs_human' WHERE id = %s",
+        "DELETE FROM journal_task WHERE id = %s",
     ],
 )
-def test_entries_cannot_be_updated_or_deleted_in_raw_sql(sql: str) -> None:
+def test_the_app_role_cannot_write_the_journal_in_raw_sql(
+    app: psycopg.Connection[tuple[object, ...]], sql: str
+) -> None:
     step = _task_with_settled_step()
     before = list(Entry.objects.filter(task_id=step.task_id).values())
-    assert before
-    owner = owner_connection()
-    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(using=owner.alias):
-        owner.cursor().execute(sql, [step.task_id])
+    steps = list(Step.objects.filter(task_id=step.task_id).values())
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        app.execute(sql, [step.task_id])
     assert list(Entry.objects.filter(task_id=step.task_id).values()) == before
+    assert list(Step.objects.filter(task_id=step.task_id).values()) == steps
 
 
-def test_entries_cannot_be_truncated() -> None:
+def test_the_journal_cannot_be_truncated_by_the_app(
+    app: psycopg.Connection[tuple[object, ...]],
+) -> None:
     _task_with_settled_step()
     count = Entry.objects.count()
-    owner = owner_connection()
-    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(using=owner.alias):
-        owner.cursor().execute("TRUNCATE journal_entry CASCADE")
+    for table in ("journal_entry", "journal_step", "journal_task", "journal_approval"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            app.execute(f"TRUNCATE {table} CASCADE")
     assert Entry.objects.count() == count
 
 
-def test_entries_are_append_only_from_a_plain_psycopg_connection_too() -> None:
+def test_a_done_step_never_moves_back_by_any_function() -> None:
+    """A later report the other way is a conflict; the same again changes nothing; neither
+    the runner's own settlement nor its marking unknown moves it."""
     step = _task_with_settled_step()
-    params = owner_connection().get_connection_params()
-    with (
-        psycopg.connect(**params, autocommit=True) as conn,
-        pytest.raises(psycopg.errors.InsufficientPrivilege),
-    ):
-        conn.execute("DELETE FROM journal_entry WHERE task_id = %s", [step.task_id])
-
-
-@pytest.mark.parametrize(
-    ("column", "value"),
-    [("key", "'forged-key'"), ("args", "'{\"amount\": 1}'::jsonb"), ("tool", "'refund'")],
-)
-def test_a_step_identity_is_frozen(column: str, value: str) -> None:
-    step = _task_with_settled_step()
-    before = (step.key, step.args, step.tool)
-    owner = owner_connection()
-    with pytest.raises(DatabaseError, match="frozen"), transaction.atomic(using=owner.alias):
-        owner.cursor().execute(
-            f"UPDATE journal_step SET {column} = {value} WHERE id = %s",  # noqa: S608
-            [step.pk],
-        )
+    assert not step_settle(
+        step_id=step.pk, outcome=Outcome.not_done("declined"), via="webhook", actor="stripe"
+    )
     fresh = Step.objects.get(pk=step.pk)
-    assert (fresh.key, fresh.args, fresh.tool) == before
-
-
-def test_a_done_step_never_moves_back_even_in_raw_sql() -> None:
-    step = _task_with_settled_step()
-    owner = owner_connection()
-    with pytest.raises(DatabaseError, match="never moves"), transaction.atomic(using=owner.alias):
-        owner.cursor().execute(
-            "UPDATE journal_step SET state = 'unknown', settled_at = NULL WHERE id = %s",
-            [step.pk],
-        )
-    assert Step.objects.get(pk=step.pk).state == "done"
+    assert fresh.state == "done" and fresh.evidence == {"id": "pi_1"}
 
 
 def test_a_contradicting_report_is_logged_and_changes_nothing() -> None:

@@ -61,7 +61,7 @@ def test_the_runners_view_carries_its_folds_as_each_step_settles() -> None:
 
     task = Task(id=uuid4(), kind="k", goal="g", refs={}, step_count=2)
     facts = TaskFacts(task_id=str(task.id), kind="k", goal="g", refs={}, steps=[step(1), step(2)])
-    view = View(task=task, facts=facts, now=datetime.now(UTC), version=1, seen_writes=0)
+    view = View(task=task, facts=facts, now=datetime.now(UTC))
     assert view.facts.fold("count", add, 0) == 2
     for n in (3, 4, 5):
         settled = Step.written(id=n, task_id=task.id, n=n, tool="pay", args={}, key=f"k{n}")

@@ -25,7 +25,6 @@ from uuid import UUID
 
 import pytest
 from django.db.models import Q
-from django.db.models.functions import Now
 from django.test import override_settings
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -44,6 +43,7 @@ from journal.record import task_create
 from journal.run import task_advance
 from journal.selectors import task_list_runnable
 from journal.settle import step_settle
+from tests.databases import as_owner, lease_expire
 from tests.journal.support import (
     BEHAVIOURS,
     ChargeTool,
@@ -124,7 +124,7 @@ class JournalMachine(RuleBasedStateMachine):
     def dead_runners_lease_runs_out(self, data: st.DataObject) -> None:
         crashed = sorted(self.crashed)
         task_id = crashed[data.draw(st.integers(min_value=0, max_value=63)) % len(crashed)]
-        Task.objects.filter(pk=task_id).update(lease_expires_at=None)
+        lease_expire(task_id)
         self.crashed.discard(task_id)
 
     @precondition(lambda self: bool(self.tasks))
@@ -132,11 +132,14 @@ class JournalMachine(RuleBasedStateMachine):
     def time_passes(self) -> None:
         """The scheduled lookups come due, and so do the tasks waiting for them (one instant
         for both, as the database's clock tells it)."""
-        now = Task.objects.annotate(now=Now()).values_list("now", flat=True).first()
-        Step.objects.filter(task_id__in=self.tasks, next_check_at__isnull=False).update(
-            next_check_at=now
+        as_owner(
+            "WITH now AS (SELECT now() AS at), "
+            "steps AS (UPDATE journal_step SET next_check_at = (SELECT at FROM now) "
+            "          WHERE task_id = ANY(%s) AND next_check_at IS NOT NULL) "
+            "UPDATE journal_task SET wake_at = (SELECT at FROM now) "
+            " WHERE id = ANY(%s) AND wake_at IS NOT NULL",
+            [list(self.tasks), list(self.tasks)],
         )
-        Task.objects.filter(pk__in=self.tasks, wake_at__isnull=False).update(wake_at=now)
 
     @precondition(lambda self: bool(self.tasks))
     @rule(data=st.data())

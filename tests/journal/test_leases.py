@@ -14,9 +14,10 @@ import pytest
 from django.db import connection
 
 from devtools.database import database_url
-from journal.leases import LeaseLost, fence, lease_acquire
+from journal.leases import LeaseLost, lease_acquire, lease_call
 from journal.models import Step, Task
 from journal.record import task_create
+from tests.databases import as_owner
 
 pytestmark = pytest.mark.usefixtures("committed")
 
@@ -72,11 +73,10 @@ def _time_passes_for_the_lease(task: Task) -> None:
     """The holder stalls (a GC pause, a slow provider) past its lease: as the database judges
     time, its lease has run out. Moved by the test rather than waited for, so that no load on
     the machine can make a lease outlive or undercut the test's steps."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE journal_task SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
-            [task.pk],
-        )
+    as_owner(
+        "UPDATE journal_task SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+        [task.pk],
+    )
 
 
 def test_a_stale_holder_cannot_write_after_another_process_took_the_lease(
@@ -120,8 +120,8 @@ def test_the_same_holder_can_be_fenced_in_process_too() -> None:
     new = lease_acquire(task_id=task.pk, owner="new")
     assert new is not None and new.token == old.token + 1
     with pytest.raises(LeaseLost):
-        fence(old)
-    assert fence(new).step_count == 0
+        lease_call(old, "journal_lease_renew")
+    assert lease_call(new, "journal_lease_renew").held_steps == 0
 
 
 def test_a_holder_stopped_inside_a_transaction_does_not_keep_its_task_past_its_lease(

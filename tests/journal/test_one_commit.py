@@ -1,7 +1,7 @@
 """One commit per step (docs/design.md §4): a step's settlement goes with the next record.
 
 The runner holds an attempt's settlement back while its planner decides, then writes it
-and the next step's record in one statement (journal_settle_record). These tests break
+and the next step's record in one statement (journal_record's p_settles). These tests break
 that commit at every point — the runner dying while the planner decides, a webhook that
 settles the step first (the same way, or the other way), a guard that refuses the next
 record, a lease taken over, a slow planner — and check, against the provider's ledger, that
@@ -10,7 +10,6 @@ nothing is lost and nothing happens twice.
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +24,7 @@ from journal.protocols import Decision, TaskFacts
 from journal.record import task_create
 from journal.run import task_advance
 from journal.settle import step_settle
+from tests.databases import lease_expire
 from tests.journal.support import (
     ChargeTool,
     Provider,
@@ -42,7 +42,7 @@ def _task() -> Task:
 
 
 def _expire_lease(task: Task) -> None:
-    Task.objects.filter(pk=task.pk).update(lease_expires_at=None)
+    lease_expire(task.pk)
 
 
 class Interrupting(ScriptedPlanner):
@@ -145,7 +145,8 @@ def test_a_webhook_that_says_otherwise_first_stops_the_next_record_and_is_a_conf
 
 
 def test_a_run_ends_in_one_statement_with_its_last_settlement() -> None:
-    """The last step's settlement and the finish are one commit (journal_settle_finish)."""
+    """The last step's settlement and the finish are one commit (journal_finish, carrying the
+    settlement held back)."""
     task = _task()
     with CaptureQueriesContext(connection) as seen:
         result = task_advance(
@@ -159,7 +160,11 @@ def test_a_run_ends_in_one_statement_with_its_last_settlement() -> None:
         for q in seen.captured_queries
         if q["sql"].startswith("SELECT * FROM journal_")
     ]
-    assert sent == ["SELECT * FROM journal_record", "SELECT * FROM journal_settle_finish"]
+    assert sent == [
+        "SELECT * FROM journal_lease_take",
+        "SELECT * FROM journal_record",
+        "SELECT * FROM journal_finish",
+    ]
     task.refresh_from_db()
     steps = list(Step.objects.filter(task=task).order_by("n").values_list("n", "kind", "state"))
     assert steps == [(1, "call", "done"), (2, "finish", "done")]
@@ -247,27 +252,13 @@ def test_a_slow_planner_sees_the_settlement_committed_with_its_lease_stretched()
     assert lease_left >= 5 * 60
 
 
-def test_only_the_combined_write_skips_a_fence() -> None:
-    """``p_fenced`` lets journal_settle, journal_record and journal_finish skip the lease's
-    fence, and any read of the task's row, because the caller fenced in the same statement
-    and hands them what its fence took: the combined writes, journal_settle_record and
-    journal_settle_finish, are the only callers, in SQL or in Python, that may pass it."""
-    from journal.sqlfiles import SQL_DIR, sql_newest
+def test_no_move_an_app_role_may_make_can_skip_the_lease_check() -> None:
+    """The settlement held back travels as p_settles into the move that follows it, which
+    checks the lease itself (journal_hold): no function the app's roles may call takes a
+    number or a version another statement's check took, so none can be told to skip it."""
+    from journal.callers import MOVES
+    from journal.calls import signature
 
-    callers = {
-        name: file.path.name
-        for name, file in sql_newest().items()
-        if re.search(r"\bp_fenced(_version)?\s*=>", file.text)
-    }
-    assert callers == {
-        "journal_settle_record": "journal_settle_record.004.sql",
-        "journal_settle_finish": "journal_settle_finish.001.sql",
-    }
-    root = SQL_DIR.parents[1]
-    python = [
-        path
-        for app in ("journal", "agentops", "commerce", "sandbox", "devtools")
-        for path in (root / app).rglob("*.py")
-        if "migrations" not in path.parts and "p_fenced" in path.read_text()
-    ]
-    assert python == []
+    for name in MOVES:
+        arguments = {a.name for a in signature(name).arguments}
+        assert not {a for a in arguments if a.startswith("fenced")}, name

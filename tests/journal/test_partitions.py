@@ -16,7 +16,7 @@ from journal.keys import task_id_new
 from journal.models import Partition, Retention
 from journal.sqlfiles import sql_newest
 from journal.status import FINAL
-from tests.databases import owner_connection
+from tests.databases import flag, owner_connection
 
 pytestmark = pytest.mark.usefixtures("committed")
 
@@ -92,17 +92,15 @@ def far_ts(at: float) -> object:
 
 
 def test_a_task_of_a_time_no_range_covers_lands_in_the_default_partition() -> None:
-    from journal.models import Attention
     from journal.operator import task_cancel
     from journal.record import task_create
-    from journal.status import task_flag
 
     task = task_create(kind="renewal", goal="random id", task_id=uuid.uuid4())
     with connection.cursor() as cursor:
         cursor.execute("SELECT tableoid::regclass::text FROM journal_task WHERE id = %s", [task.pk])
         assert cursor.fetchone()[0] == "journal_task_default"
     # Over, so that no sweeper of another test rings for it.
-    task_flag(task_id=task.pk, code=Attention.ROUNDS_EXHAUSTED, reason="a test's")
+    flag(task.pk, "rounds_exhausted", "a test's")
     task_cancel(task_id=task.pk, actor="test", reason="a test's")
 
 

@@ -17,6 +17,7 @@ from journal.protocols import Call, CostClass
 from journal.record import step_record, task_create
 from journal.run import task_advance
 from journal.selectors import task_facts, task_open_step
+from tests.databases import lease_expire
 from tests.journal.support import (
     ChargeTool,
     Provider,
@@ -36,7 +37,7 @@ def _new_task() -> Task:
 
 def _expire_lease(task: Task) -> None:
     # A dead runner's lease runs out; the tests do not wait for the clock to say so.
-    Task.objects.filter(pk=task.pk).update(lease_expires_at=None)
+    lease_expire(task.pk)
 
 
 def test_key_is_derived_from_the_step_id_and_nothing_the_planner_says() -> None:

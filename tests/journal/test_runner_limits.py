@@ -12,13 +12,13 @@ import pytest
 from django.db import connection
 
 from journal.leases import lease_acquire
-from journal.models import Attention, Entry, EntryKind, Step, Task
+from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from journal.protocols import Decision, Finish, TaskFacts
 from journal.record import task_create
 from journal.run import task_advance
 from journal.selectors import task_list_runnable
-from journal.status import task_flag
+from tests.databases import flag, lease_expire
 from tests.journal.support import ChargeTool, Provider, ScriptedPlanner, charge, invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
@@ -127,10 +127,7 @@ def test_runs_that_keep_dying_are_bounded_and_handed_to_a_human() -> None:
     for _ in range(3):
         # A run that dies without a word (SIGKILL, a lost database): its lease just expires.
         assert lease_acquire(task_id=task.pk, owner="doomed", seconds=30) is not None
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE journal_task SET lease_expires_at = now() WHERE id = %s", [task.pk]
-            )
+        lease_expire(task.pk)
     planner = ScriptedPlanner([charge(invoice())])
     result = task_advance(task_id=task.pk, planner=planner, tools={}, policy=policy)
     assert result.stopped == "needs_human" and planner.asked == []
@@ -143,8 +140,7 @@ def test_runs_that_keep_dying_are_bounded_and_handed_to_a_human() -> None:
 def test_a_run_that_ends_cleanly_clears_the_count() -> None:
     task = task_create(kind="renewal", goal="fine")
     assert lease_acquire(task_id=task.pk, owner="doomed", seconds=30) is not None
-    with connection.cursor() as cursor:
-        cursor.execute("UPDATE journal_task SET lease_expires_at = now() WHERE id = %s", [task.pk])
+    lease_expire(task.pk)
     task_advance(task_id=task.pk, planner=ScriptedPlanner([Finish("ok")]), tools={})
     assert Task.objects.get(pk=task.pk).failed_runs == 0
 
@@ -185,7 +181,7 @@ def test_a_finish_decided_while_the_task_was_handed_to_a_person_writes_nothing()
 
     class FlaggedWhileDeciding(ScriptedPlanner):
         def decide(self, facts: TaskFacts) -> Decision:
-            task_flag(task_id=task.pk, code=Attention.CONFLICT, reason="a webhook disagreed")
+            flag(task.pk, "conflict", "a webhook disagreed")
             return Finish("all done")
 
     result = task_advance(task_id=task.pk, planner=FlaggedWhileDeciding([]), tools={})

@@ -119,25 +119,25 @@ def test_every_function_in_postgresql_is_its_file() -> None:
 def test_the_comparison_sees_a_changed_signature() -> None:
     """The check above, shown failing: a default changed, an argument's type, the
     volatility, SECURITY DEFINER and the result each make the file differ from PostgreSQL."""
-    file = sql_newest()["journal_fence"]
+    file = sql_newest()["journal_hold"]
     _, statement = _function(file.text)
     with connection.cursor() as cursor:
-        held = _held(cursor)["journal_fence"]
+        held = _held(cursor)["journal_hold"]
     changes = {
         "arguments and their defaults": ("p_steps integer DEFAULT 0", "p_steps integer DEFAULT 1"),
-        "return type": ("fenced_version bigint)", "fenced_version integer)"),
+        "return type": ("held_version bigint,", "held_version integer,"),
         "volatility": ("LANGUAGE plpgsql\n", "LANGUAGE plpgsql STABLE\n"),
         "security definer": ("LANGUAGE plpgsql\n", "LANGUAGE plpgsql SECURITY DEFINER\n"),
         "settings (the search path)": ("pg_catalog, public, pg_temp", "public, pg_catalog"),
     }
     for part, (old, new) in changes.items():
         assert old in statement, part
-        changed = _as_files_define({"journal_fence": statement.replace(old, new, 1)})
+        changed = _as_files_define({"journal_hold": statement.replace(old, new, 1)})
         index = PARTS.index(part)
-        assert changed["journal_fence"][index] != held[index], part
-        assert changed["journal_fence"][-1] != held[-1], part
-    same = _as_files_define({"journal_fence": statement})
-    assert same["journal_fence"] == held
+        assert changed["journal_hold"][index] != held[index], part
+        assert changed["journal_hold"][-1] != held[-1], part
+    same = _as_files_define({"journal_hold": statement})
+    assert same["journal_hold"] == held
 
 
 def _triggers(text: str) -> dict[str, str]:

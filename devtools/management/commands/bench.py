@@ -27,20 +27,19 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import psycopg
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from agentops.dbroles import OWNER_ALIAS
-from devtools.bench import bare, dashboard, e2e, floor, peer, procs, production, soak
+from devtools.bench import dashboard, e2e, floor, peer, procs, production, soak
 from devtools.bench.host import Steal
 from devtools.bench.machine import code, machine
 from devtools.bench.stats import percentile, ratio_summary, summary
 from devtools.process import REPO
 from journal.models import Task
 
-PARTS = ("floor", "production", "production_bare", "dbos_sequential", "dbos_concurrent")
+PARTS = ("floor", "production", "dbos_sequential", "dbos_concurrent")
 TARGETS = {
     "production_to_floor": 0.5,
     "production_to_dbos_sequential": 2.5,
@@ -180,11 +179,6 @@ class Command(BaseCommand):
         parser.add_argument("--skip-e2e", action="store_true")
         parser.add_argument("--skip-dashboard", action="store_true")
         parser.add_argument(
-            "--skip-bare",
-            action="store_true",
-            help="leave out the part with the journal's rule triggers off (devtools/bench/bare.py)",
-        )
-        parser.add_argument(
             "--soak", action="store_true", help="the soak instead (devtools/bench/soak.py)"
         )
         parser.add_argument("--waves", type=int, default=30, help="soak: waves")
@@ -230,13 +224,7 @@ class Command(BaseCommand):
         steps, per_task = options["steps"], options["per_task"]
         tasks = max(1, steps // per_task)
         measured = tasks * per_task  # the steps a round's floor and production path run
-        measured_parts = [p for p in PARTS if p != "production_bare" or not options["skip_bare"]]
-        if "production_bare" in measured_parts and not only_the_benchmarks_tasks():
-            raise CommandError(
-                "the part with the journal's rule triggers off switches them off for every "
-                "session: it runs only against a database holding nothing but the benchmark's "
-                "tasks (pass --skip-bare to measure the rest here)"
-            )
+        measured_parts = list(PARTS)
         rows: dict[str, list[float]] = {part: [] for part in measured_parts}
         probes: list[floor.Probe] = []
         exchanges: list[float] = []
@@ -254,7 +242,6 @@ class Command(BaseCommand):
             roles, postgres_unread = _production_roles(noop.pid)
             production.run(production.tasks_make(count=3, per_task=per_task, batch="warm"))
             conn = floor.connect(_owner_url())
-            bare.check_on(conn)  # a part killed mid-way in an earlier run left them off
             floor.setup(conn)
             like = floor.sample(conn)
             floor.floor_seconds(conn, steps=2 * per_task, per_task=per_task, like=like)
@@ -267,11 +254,6 @@ class Command(BaseCommand):
                     steps=measured,
                     roles=roles,
                     cpu=cpu,
-                ),
-                "production_bare": lambda r: self._bare(
-                    conn,
-                    production.tasks_make(count=tasks, per_task=per_task, batch=f"b{r}"),
-                    production.tasks_make(count=2, per_task=2, batch=f"bw{r}"),
                 ),
             }
             for repetition in range(options["repeat"]):
@@ -325,19 +307,6 @@ class Command(BaseCommand):
                 rows["production"], rows["dbos_concurrent"]
             ),
         }
-        if "production_bare" in rows:
-            out["production_bare_steps_per_s"] = summary(rows["production_bare"])
-            out["ratios"].update(
-                {
-                    "bare_to_production": ratio_summary(
-                        rows["production_bare"], rows["production"]
-                    ),
-                    "bare_to_floor": ratio_summary(rows["production_bare"], rows["floor"]),
-                    "bare_to_dbos_sequential": ratio_summary(
-                        rows["production_bare"], rows["dbos_sequential"]
-                    ),
-                }
-            )
         out["step_budget_us"] = step_budget(out)
         out["measurement"] = {
             "steps": steps,
@@ -372,19 +341,6 @@ class Command(BaseCommand):
         spent = procs.deltas(roles.cpu_seconds(), before)
         for role, value in spent.items():
             cpu[role].append(round(value * 1e6 / steps, 1))
-        return seconds
-
-    def _bare(
-        self, conn: psycopg.Connection[Any], task_ids: list[str], warm_ids: list[str]
-    ) -> float:
-        """Seconds to run the tasks with the rule triggers and the run's telemetry read-back
-        set aside (devtools.bench.bare): what those cost, beside the path users get. Switching
-        the triggers makes every session plan those tables' statements again: a task after
-        each switch, not timed, pays it, so neither this part nor the next does."""
-        with bare.bare(conn):
-            production.run(warm_ids[:1])
-            seconds = production.run(task_ids)
-        production.run(warm_ids[1:])
         return seconds
 
     def _dbos(self, mode: str, steps: int) -> float:
@@ -482,7 +438,6 @@ _RECORDED = (
     "dashboard_entries",
     "skip_e2e",
     "skip_dashboard",
-    "skip_bare",
     "waves",
     "wave_tasks",
 )
