@@ -68,9 +68,11 @@ class Columns:
 # agentops' own tables. When a migration adds a column to one of them, add it here: to
 # `updatable` if a service changes it after the row is inserted, to `frozen` otherwise.
 APP_COLUMNS: dict[str, Columns] = {
-    # A webhook event is stored once; only the result of applying it is filled in after.
+    # A provider's notification is stored once, as received, by the web server; a worker
+    # fills in what applying it did, and empties the payload once applied.
     "agentops_webhookevent": Columns(
-        updatable=("result",), frozen=("id", "provider", "type", "facts", "received_at")
+        updatable=("result", "facts", "payload", "applied_at"),
+        frozen=("id", "provider", "type", "received_at", "signature"),
     ),
     # An API client (agentops/api/auth.py): its name, token hash and scopes never change; it
     # is revoked once, and every request notes its use and counts it in the rate window.

@@ -41,6 +41,17 @@ def audit_provider(trigger: str, provider: str) -> str:
         close_old_connections()
 
 
+def apply_provider_event(provider: str, event_id: str) -> str:
+    """A provider's notification, stored by the web server: verified and applied here."""
+    from agentops.provider_events import provider_event_apply
+
+    close_old_connections()
+    try:
+        return provider_event_apply(provider=str(provider), event_id=str(event_id))
+    finally:
+        close_old_connections()
+
+
 def journal_retain() -> int:
     """The journal's retention: partitions made ahead, every range that may go dropped (and
     archived first to JOURNAL_ARCHIVE_DIR, when set); how many tasks went."""

@@ -6,10 +6,13 @@ from django.db.models.functions import Now
 
 
 class WebhookEvent(models.Model):
-    """A provider notification, stored once by its id as it is applied (dj-stripe).
+    """A provider notification, stored once by its id as it was received (dj-stripe), then
+    verified and applied by a worker (agentops/provider_events.py).
 
-    Only the fields the journal needs are kept (``facts``), never the whole payload: a
-    PaymentIntent carries its ``client_secret``.
+    The web server stores the body and its signature as received (``payload``,
+    ``signature``); a worker verifies the signature with the provider's secret, applies it,
+    and keeps only the fields the journal needs (``facts``): the payload is emptied once it is
+    applied (a PaymentIntent carries its ``client_secret``).
     """
 
     id = models.CharField(primary_key=True, max_length=255)
@@ -18,11 +21,24 @@ class WebhookEvent(models.Model):
     facts = models.JSONField(default=dict, blank=True)
     received_at = models.DateTimeField(db_default=Now())
     result = models.TextField(blank=True)
+    payload = models.TextField(blank=True, help_text="The body as received, until applied.")
+    signature = models.CharField(max_length=1000, blank=True)
+    applied_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a worker verified and applied it."
+    )
 
     class Meta:
         ordering = ["-received_at"]
         # Retention forgets the oldest (agentops_webhook_events_forget, migration 0008).
-        indexes = [models.Index(fields=["received_at"], name="agentops_webhook_received")]
+        indexes = [
+            models.Index(fields=["received_at"], name="agentops_webhook_received"),
+            # The sweeper's question: what was stored and not applied yet.
+            models.Index(
+                fields=["received_at"],
+                condition=models.Q(applied_at__isnull=True),
+                name="agentops_webhook_unapplied",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.provider} {self.type} {self.id}"

@@ -285,6 +285,11 @@ TOOL_TIMEOUTS = {
 STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "")
 STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "")
 STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
+# A web server given no secret at all, on purpose: it stores every well-formed, signed event,
+# and only the workers (which have STRIPE_WEBHOOK_SECRET) verify and apply them, so even a
+# web server taken over cannot sign one (commerce/webhooks.py). Off: a web server without the
+# secret refuses every event, saying so.
+STRIPE_WEBHOOK_CHECKED_BY_WORKERS = _env_bool("STRIPE_WEBHOOK_CHECKED_BY_WORKERS", False)
 STRIPE_KEY_LIFETIME_SECONDS = _env_float("STRIPE_KEY_LIFETIME_SECONDS", 24 * 3600.0)
 STRIPE_SEARCH_LAG_SECONDS = _env_float("STRIPE_SEARCH_LAG_SECONDS", 60.0)
 STRIPE_MAX_NETWORK_RETRIES = int(os.environ.get("STRIPE_MAX_NETWORK_RETRIES", "0"))

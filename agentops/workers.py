@@ -31,7 +31,9 @@ DELIVER_JOB = "agentops.jobs.deliver_notification"
 AUDIT_JOB = "agentops.jobs.audit_provider"
 # The journal's retention, daily (agentops.retention.retention_sweep).
 RETENTION_JOB = "agentops.jobs.journal_retain"
-JOBS = frozenset({RUN_JOB, DELIVER_JOB, AUDIT_JOB, RETENTION_JOB})
+# A provider's notification, stored by the web server (agentops.provider_events).
+APPLY_EVENT_JOB = "agentops.jobs.apply_provider_event"
+JOBS = frozenset({RUN_JOB, DELIVER_JOB, AUDIT_JOB, RETENTION_JOB, APPLY_EVENT_JOB})
 
 # The ``manage.py`` arguments that start one worker: the default queue, the scheduler that
 # rings delayed doorbells, JSON jobs only.

@@ -59,11 +59,14 @@ def stripe_webhook(request: HttpRequest) -> HttpResponse:
         )
         return response
     except Exception:
-        # Nothing of the event was kept (one transaction), so Stripe's retry applies it.
+        # Nothing of the event was kept (one transaction), so Stripe's retry stores it.
         provider_event_observed(provider="stripe", outcome="failed")
-        log.exception("applying a Stripe event failed; it will be applied on redelivery")
+        log.exception("storing a Stripe event failed; it will be stored on redelivery")
         return JsonResponse(
-            {"error": "the event could not be applied now; it was not kept, retry it"},
+            {"error": "the event could not be stored now; it was not kept, retry it"},
             status=500,
         )
-    return JsonResponse({"duplicate": received.duplicate, "result": received.result})
+    # Stored: a worker verifies and applies it (commerce.webhooks.stripe_event_apply).
+    return JsonResponse(
+        {"event": received.event, "duplicate": received.duplicate, "result": received.result}
+    )

@@ -1,29 +1,39 @@
 """Provider notifications: Stripe's signed webhooks settle steps, as a lookup would.
 
-A signature proves who sent an event, not that it is about what it names. So an event is:
+A signature proves who sent an event, not that it is about what it names. And the web
+server's database role may store an event but settle nothing (docs/design.md §4): so an event
+is received by the web server and applied by a worker (agentops/provider_events.py).
 
-1. verified on the raw body, which is at most ``MAX_BODY_BYTES`` (a larger one is refused
+Received (:func:`stripe_event_receive`, the view):
+
+1. checked on the raw body, which is at most ``MAX_BODY_BYTES`` (a larger one is refused
    413 by the view before it is read): Stripe's signature, and its timestamp within
    ``TOLERANCE_SECONDS`` of now *either way* (``stripe.Webhook.construct_event`` only
-   refuses one too old; a signature dated ahead would stay replayable until then);
-2. parsed strictly: a well-signed body that is not a JSON object, is nested deeper than
-   ``MAX_DEPTH``, or whose ``data.object`` is missing or malformed is refused (400) with
-   nothing changed. ``construct_event`` is not used for this: it parses any JSON value to
-   any depth and fails on a body that is not an object with exceptions of its own (500s);
-3. stored once by its id, only the fields the journal needs (a PaymentIntent carries its
-   ``client_secret``; that stays out): the insert is the only thing guarded against a
-   duplicate, so a failure while applying an event rolls everything back, answers 500, and
-   Stripe's retry applies it;
-4. applied by an explicit table of handlers. An event settles a step only when it is the
-   right kind of event for that step's tool and its amount, currency and invoice (or
-   payment) match the step's frozen arguments; otherwise it is recorded as a conflict on
-   the task, which then needs a human, and the step is left as it was. Settling goes
-   through ``journal.settle.step_settle``: duplicates and late or out-of-order events change
-   nothing, and ``done`` never moves back.
+   refuses one too old; a signature dated ahead would stay replayable until then). A web
+   server given no secret on purpose (``STRIPE_WEBHOOK_CHECKED_BY_WORKERS``) checks only
+   that a signature is there, and leaves the check to the workers: then even a web server
+   taken over cannot sign an event;
+2. parsed strictly: a body that is not a JSON object, is nested deeper than ``MAX_DEPTH``, or
+   whose ``data.object`` is missing or malformed is refused (400) with nothing changed.
+   ``construct_event`` is not used for this: it parses any JSON value to any depth and fails
+   on a body that is not an object with exceptions of its own (500s);
+3. stored once by its id, as received (``store_provider_event``), and a worker rung for it;
+   a delivery again is answered "duplicate".
+
+Applied (:func:`stripe_event_apply`, a worker): the signature checked again, with the
+worker's secret, on the body as stored, dated within the tolerance of when it was received;
+the body parsed again (never trusting what was stored beside it); then an explicit table of
+handlers. An event settles a step only when it is the right kind of event for that step's
+tool and its amount, currency and invoice (or payment) match the step's frozen arguments;
+otherwise it is recorded as a conflict on the task, which then needs a human, and the step
+is left as it was. Settling goes through ``journal.settle.step_settle``: duplicates and late
+or out-of-order events change nothing, and ``done`` never moves back. Only the fields the
+journal needs are kept; the body is emptied once applied (a PaymentIntent carries its
+``client_secret``). A failure while applying rolls it all back: the sweeper rings again.
 
 Each delivery is counted once by what became of it (``agentops_webhook_events_total``:
 applied, unchanged, conflict, ignored, duplicate, refused, failed): the view counts what it
-refuses and what fails; :func:`stripe_event_receive` the rest, once its transaction commits.
+refuses, what fails and a duplicate; the worker what applying an event did.
 """
 
 from __future__ import annotations
@@ -36,8 +46,10 @@ from typing import Any, overload
 
 import stripe
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
+from django.db.models.functions import Now
 
+from agentops import effects
 from agentops.effects import (
     EntryKind,
     Outcome,
@@ -50,6 +62,7 @@ from agentops.effects import (
     step_conflict,
     step_noted,
     step_settle,
+    store_provider_event,
     task_ring,
 )
 from agentops.effects import ProviderEvent as WebhookEvent
@@ -77,10 +90,9 @@ class WebhookTooLarge(WebhookRejected):
 
 @dataclass(frozen=True)
 class Received:
+    event: str
     duplicate: bool
     result: str
-    outcome: str
-    """What became of it, as counted: applied, unchanged, conflict, ignored or duplicate."""
 
 
 # --- Parsing: what the journal needs from an event, and nothing else -------------------------
@@ -333,21 +345,6 @@ HANDLERS: dict[str, Callable[[Event], Applied]] = {
 }
 
 
-def _store(event: Event) -> bool:
-    """Insert the event row; ``False`` when an event with its id was stored before."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO agentops_webhookevent (id, provider, type, facts, received_at, result)
-            VALUES (%s, 'stripe', %s, %s::jsonb, now(), '')
-            ON CONFLICT (id) DO NOTHING
-            RETURNING id
-            """,
-            [event.id, event.type, json.dumps(event.facts)],
-        )
-        return cursor.fetchone() is not None
-
-
 def _signed_at(signature: str) -> int:
     """The timestamp a verified ``Stripe-Signature`` covers: its first ``t=``, read exactly as
     ``stripe.WebhookSignature`` reads it (so it is the one the signature was checked with)."""
@@ -355,17 +352,13 @@ def _signed_at(signature: str) -> int:
     return int([item[1] for item in items if item[0] == "t"][0])
 
 
-def _verify(payload: bytes, signature: str) -> str:
-    """The body as text, once its signature is Stripe's and was made within
-    ``TOLERANCE_SECONDS`` of now, before or after; :class:`WebhookRejected` if not."""
+def _verify(text: str, signature: str, *, now: float) -> None:
+    """Nothing, once ``signature`` is Stripe's over ``text`` and was made within
+    ``TOLERANCE_SECONDS`` of ``now``, before or after; :class:`WebhookRejected` if not."""
     if not settings.STRIPE_WEBHOOK_SECRET:
         raise WebhookRejected("STRIPE_WEBHOOK_SECRET is not set; no event can be verified")
     if not signature:
         raise WebhookRejected("bad signature: there is no Stripe-Signature header")
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise WebhookRejected("malformed event: the body is not UTF-8") from exc
     try:
         # The timestamp is checked below, both ways, in one place.
         stripe.WebhookSignature.verify_header(
@@ -373,14 +366,20 @@ def _verify(payload: bytes, signature: str) -> str:
         )
     except stripe.SignatureVerificationError as exc:
         raise WebhookRejected(f"bad signature: {exc.user_message or exc}") from exc
-    skew = time.time() - _signed_at(signature)
+    skew = now - _signed_at(signature)
     if abs(skew) > TOLERANCE_SECONDS:
         when = "in the past" if skew > 0 else "in the future"
         raise WebhookRejected(
             f"bad signature: it was made {abs(skew):.0f} s {when}, "
             f"more than the {TOLERANCE_SECONDS} s allowed"
         )
-    return text
+
+
+def _text_of(payload: bytes) -> str:
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WebhookRejected("malformed event: the body is not UTF-8") from exc
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
@@ -416,20 +415,54 @@ def _decode(text: str) -> dict[str, Any]:
 
 
 def stripe_event_receive(*, payload: bytes, signature: str) -> Received:
-    """Verify, parse, store once, apply. Raises :class:`WebhookRejected` for anything that is
-    not a genuine, well-formed event; lets a failure while applying propagate (a 500, and
-    nothing kept, so the provider's retry applies it). What it kept is counted once committed
-    (``provider_event_observed``); what it refuses or fails with, by its caller."""
-    body = _decode(_verify(payload, signature))
+    """Check, parse and store once, for a worker to apply (the web server's part). Raises
+    :class:`WebhookRejected` for anything that is not a genuine (where this process can tell),
+    well-formed event. A duplicate is counted once committed; what it refuses or fails with,
+    by its caller; what applying it does, by the worker."""
+    text = _text_of(payload)
+    if not settings.STRIPE_WEBHOOK_CHECKED_BY_WORKERS:
+        _verify(text, signature, now=time.time())
+    elif not signature:
+        raise WebhookRejected("bad signature: there is no Stripe-Signature header")
+    body = _decode(text)
     event = Event(id=_text(body, "id"), type=_text(body, "type")[:100], facts=_parse(body))
-    handler = HANDLERS.get(event.type)
     with transaction.atomic():
-        if not _store(event):
+        stored = store_provider_event(
+            provider="stripe", event_id=event.id, type=event.type, payload=text, signature=signature
+        )
+        if not stored:
             provider_event_observed(provider="stripe", outcome="duplicate")
-            return Received(
-                duplicate=True, result="duplicate: already received", outcome="duplicate"
-            )
-        applied = handler(event) if handler else Applied("ignored", "ignored: type not handled")
-        WebhookEvent.objects.filter(pk=event.id).update(result=applied.result[:5000])
+            return Received(event=event.id, duplicate=True, result="duplicate: already received")
+    return Received(event=event.id, duplicate=False, result="received: a worker applies it")
+
+
+@effects.register_event_applier("stripe")
+def stripe_event_apply(event_id: str) -> str:
+    """Verify the stored event with this worker's secret and apply it, once (a worker's
+    part): what it did, in a sentence. An event applied already is left alone; one whose
+    signature does not hold settles nothing and says why."""
+    with transaction.atomic():
+        stored = (
+            WebhookEvent.objects.select_for_update()
+            .filter(pk=event_id, provider="stripe", applied_at__isnull=True)
+            .first()
+        )
+        if stored is None:
+            return "applied already, or never stored"
+        try:
+            _verify(stored.payload, stored.signature, now=stored.received_at.timestamp())
+            body = _decode(stored.payload)
+            if body.get("id") != stored.id:
+                raise WebhookRejected("malformed event: its id is not the one it was stored by")
+            event = Event(id=stored.id, type=_text(body, "type")[:100], facts=_parse(body))
+        except WebhookRejected as exc:
+            applied, facts = Applied("refused", f"refused: {exc}"), {}
+        else:
+            handler = HANDLERS.get(event.type)
+            applied = handler(event) if handler else Applied("ignored", "ignored: type not handled")
+            facts = event.facts
+        WebhookEvent.objects.filter(pk=stored.pk).update(
+            result=applied.result[:5000], facts=facts, payload="", applied_at=Now()
+        )
         provider_event_observed(provider="stripe", outcome=applied.outcome)
-    return Received(duplicate=False, result=applied.result, outcome=applied.outcome)
+    return applied.result

@@ -65,6 +65,19 @@ def provider_event_observed(*, provider: str, outcome: str) -> None:
     event_observed(provider=provider, outcome=outcome)
 
 
+def store_provider_event(
+    *, provider: str, event_id: str, type: str, payload: str, signature: str
+) -> bool:
+    """Store a provider's notification as received (the web server's move: it settles
+    nothing), for a worker to verify and apply with the app's ``register_event_applier``.
+    Returns whether it was new. See agentops/provider_events.py."""
+    from agentops.provider_events import provider_event_store
+
+    return provider_event_store(
+        provider=provider, event_id=event_id, type=type, payload=payload, signature=signature
+    )
+
+
 def task_start(**kwargs: Any) -> Task:
     """Start a task (``kind``, ``goal``, ``refs``, ``actor``, ``plan``): agentops.runner's."""
     from agentops.runner import task_start as start
@@ -98,6 +111,7 @@ __all__ = [
     "step_conflict",
     "step_noted",
     "step_settle",
+    "store_provider_event",
     "task_note",
     "task_ring",
     "task_start",

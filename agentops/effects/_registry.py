@@ -99,6 +99,8 @@ class Registry:
     actions: dict[str, TaskAction] = field(default_factory=dict)
     links: list[TaskLink] = field(default_factory=list)
     demos: list[DemoTask] = field(default_factory=list)
+    event_appliers: dict[str, Callable[[str], str]] = field(default_factory=dict)
+    """How each provider's stored notifications are verified and applied, by a worker."""
     problems: list[str] = field(default_factory=list)
     """Declarations refused as they were made (a name twice): the start-up checks say so."""
 
@@ -147,6 +149,21 @@ def register_sandbox(sandbox: Sandbox) -> Sandbox:
 def register_urls(prefix: str, urlconf: str) -> None:
     """Pages an app serves (a customer's page, a provider's webhook), under ``prefix``."""
     registry.urls.append((prefix, urlconf))
+
+
+def register_event_applier(provider: str) -> Callable[[Callable[[str], str]], Callable[[str], str]]:
+    """Declare how a worker applies ``provider``'s notifications, as the web server stored them
+    (``store_provider_event``): the function takes the stored event's id, verifies it with the
+    provider's secret, settles what it reports (``step_settle``...) and returns what it did, in
+    a sentence. A decorator. The web server's database role may store an event but settle
+    nothing: only a worker's may (docs/design.md §4, "A role for each kind of process")."""
+
+    def declare(apply: Callable[[str], str]) -> Callable[[str], str]:
+        _once(registry.event_appliers, provider, "event applier")
+        registry.event_appliers[provider] = apply
+        return apply
+
+    return declare
 
 
 def register_action(action: TaskAction) -> TaskAction:

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -40,8 +41,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import commerce.webhooks
 from agentops.api.auth import api_client_create
+from agentops.provider_events import provider_event_apply
 from agentops.runner import task_start
 from agentops.telemetry import collector
+from agentops.workers import WORKER_ARGS
 from devtools.process import free_port, spawn
 from journal.models import Approval, ApprovalState, Attention, Entry, EntryKind, Step, Task
 from journal.record import task_create
@@ -378,7 +381,7 @@ def json_lines(log: Path) -> list[dict[str, Any]]:
     return parsed
 
 
-def test_the_web_servers_and_the_sweepers_lines_are_json_naming_their_task_and_step(
+def test_the_web_servers_the_workers_and_the_sweepers_lines_are_json_naming_their_task_and_step(
     fleet: Fleet,
 ) -> None:
     # The web server as production runs it: gunicorn, its own lines and the app's.
@@ -403,13 +406,16 @@ def test_the_web_servers_and_the_sweepers_lines_are_json_naming_their_task_and_s
 
     wait_for(answers, timeout=30, what="gunicorn to answer")
 
-    # A request about a step: a provider's notification that settles it.
+    # A request about a step: a provider's notification, which the web server stores and a
+    # worker verifies and applies.
+    worker = fleet.worker(LOG_FORMAT="json", STRIPE_WEBHOOK_SECRET=SECRET)
+    worker_log = fleet.logs / f"{WORKER_ARGS[0]}-{fleet.procs.index(worker)}.log"
     step = pending_step()
     payload = event("payment_intent.succeeded", step, status="succeeded")
     headers = {"Stripe-Signature": sign(payload), "Content-Type": "application/json"}
     settled = requests.post(f"{url}/webhooks/stripe", data=payload, headers=headers, timeout=10)
     assert settled.status_code == 200, settled.text
-    assert Step.objects.get(pk=step.pk).state == "done"
+    wait_for(lambda: Step.objects.get(pk=step.pk).state == "done", timeout=15, what="the worker")
     # And one refused: a line saying why, about no step.
     forged = requests.post(
         f"{url}/webhooks/stripe",
@@ -420,14 +426,14 @@ def test_the_web_servers_and_the_sweepers_lines_are_json_naming_their_task_and_s
     assert forged.status_code == 400
 
     def about_the_step() -> list[dict[str, Any]]:
-        return [line for line in json_lines(web_log) if line.get("step_key") == step.key]
+        return [line for line in json_lines(worker_log) if line.get("step_key") == step.key]
 
-    (line,) = wait_for(about_the_step, timeout=10, what="the web server's line about the step")
+    (line,) = wait_for(about_the_step, timeout=10, what="the worker's line about the step")
     assert line["task_id"] == str(step.task_id)
     assert (line["tool"], line["state"], line["event"]) == ("charge_customer", "done", "settled")
     assert line["via"] == "webhook payment_intent.succeeded"
     assert line["logger"] == "agentops.steps" and line["level"] == "INFO"
-    assert line["pid"] != os.getpid()  # written by the web server, not by this test
+    assert line["pid"] != os.getpid()  # written by the worker, not by this test
     lines = json_lines(web_log)
     refused = [r for r in lines if r["message"].startswith("Stripe webhook refused")]
     assert len(refused) == 1 and refused[0]["level"] == "WARNING", lines
@@ -536,19 +542,28 @@ def test_each_webhook_delivery_is_counted_once_by_what_became_of_it(
     )
     assert counted(too_large, 413) == once("refused")
 
-    # Failing while applying: a 500, nothing kept; the redelivery is applied and counted so.
+    # Failing while applying (a worker's part): counted failed, the event left stored as
+    # received; applied once it can be, and counted so.
     def broken(**kwargs: Any) -> bool:
         raise OperationalError("the database went away mid-event")
 
     monkeypatch.setattr(commerce.webhooks, "step_settle", broken)
     late = event("payment_intent.succeeded", other, status="succeeded")
-    server_error = lambda: Client(raise_request_exception=False).post(  # noqa: E731
-        "/webhooks/stripe",
-        data=late,
-        content_type="application/json",
-        headers={"Stripe-Signature": sign(late)},
-    )
-    assert counted(server_error, 500) == once("failed")
+    stored = post(late, sign(late), apply=False)
+    assert stored.status_code == 200
+    event_id = stored.json()["event"]
+
+    def apply() -> Any:
+        with contextlib.suppress(OperationalError):
+            provider_event_apply(provider="stripe", event_id=event_id)
+        return stored
+
+    assert counted(apply, 200) == once("failed")
     monkeypatch.undo()
-    assert counted(lambda: post(late, sign(late)), 200) == once("applied")
+
+    def applied() -> Any:
+        provider_event_apply(provider="stripe", event_id=event_id)
+        return stored
+
+    assert counted(applied, 200) == once("applied")
     assert Step.objects.get(pk=other.pk).state == "done"

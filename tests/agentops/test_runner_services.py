@@ -18,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from agentops.kinds import tools_for
 from agentops.planners.scripted import ScriptedPlanner as Playbooks
 from agentops.runner import RANG_KEY, task_run, task_start, tasks_sweep
+from agentops.workers import RUN_JOB
 from journal.leases import lease_acquire, lease_release
 from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
@@ -42,8 +43,9 @@ def world(on_sandbox: dict[str, Any]) -> Iterator[Any]:
 
 
 def queued_task_ids() -> list[str]:
+    """The tasks rung for: the runs the queue holds (not what else it holds)."""
     queue = django_rq.get_queue("default")
-    return [job.args[0] for job in queue.get_jobs()]
+    return [job.args[0] for job in queue.get_jobs() if job.func_name == RUN_JOB]
 
 
 def renewal_refs(**change: Any) -> dict[str, Any]:

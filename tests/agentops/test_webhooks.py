@@ -9,6 +9,7 @@ import json
 import logging
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from django.db import OperationalError
 from django.test import AsyncRequestFactory, Client, override_settings
 
 from agentops.models import WebhookEvent
+from agentops.provider_events import provider_event_apply, provider_events_sweep
 from agentops.runner import task_resume
 from commerce.views import stripe_webhook
 from commerce.webhooks import MAX_BODY_BYTES, MAX_DEPTH, TOLERANCE_SECONDS
@@ -76,13 +78,39 @@ def event(
     return json.dumps(body).encode()
 
 
-def post(payload: bytes, signature: str) -> Any:
-    return Client().post(
+@dataclass
+class Delivered:
+    """A delivery to POST /webhooks/stripe, and what a worker's application of the event it
+    stored did (the web server stores; a worker applies: commerce/webhooks.py)."""
+
+    received: Any
+    applied: str | None
+
+    @property
+    def status_code(self) -> int:
+        return int(self.received.status_code)
+
+    @property
+    def content(self) -> bytes:
+        return bytes(self.received.content)
+
+    def json(self) -> dict[str, Any]:
+        body = dict(self.received.json())
+        return {**body, "result": self.applied} if self.applied is not None else body
+
+
+def post(payload: bytes, signature: str, *, apply: bool = True) -> Delivered:
+    """Deliver the event, then apply what was stored, as the worker rung for it would."""
+    response = Client().post(
         "/webhooks/stripe",
         data=payload,
         content_type="application/json",
         headers={"Stripe-Signature": signature},
     )
+    applied = None
+    if apply and response.status_code == 200 and not response.json()["duplicate"]:
+        applied = provider_event_apply(provider="stripe", event_id=response.json()["event"])
+    return Delivered(response, applied)
 
 
 def pending_step(tool: str = "charge_customer", **args: Any) -> Step:
@@ -338,7 +366,7 @@ def test_a_well_signed_but_malformed_event_is_a_400_and_changes_nothing(
 
 
 @override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
-def test_a_failure_while_applying_is_a_500_and_the_redelivery_applies_it(
+def test_a_failure_while_applying_leaves_the_event_stored_and_the_sweeper_applies_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import commerce.webhooks
@@ -346,25 +374,70 @@ def test_a_failure_while_applying_is_a_500_and_the_redelivery_applies_it(
 
     step = pending_step()
     payload = event("payment_intent.succeeded", step, status="succeeded")
+    event_id = json.loads(payload)["id"]
     real_settle = journal.settle.step_settle
 
     def broken(**kwargs: Any) -> bool:
         raise OperationalError("the database went away mid-event")
 
     monkeypatch.setattr(commerce.webhooks, "step_settle", broken)
-    response = Client(raise_request_exception=False).post(
-        "/webhooks/stripe",
-        data=payload,
-        content_type="application/json",
-        headers={"Stripe-Signature": sign(payload)},
-    )
-    assert response.status_code == 500
-    assert not WebhookEvent.objects.filter(id=json.loads(payload)["id"]).exists()
+    received = post(payload, sign(payload), apply=False)
+    assert received.status_code == 200 and received.json()["event"] == event_id
+    with pytest.raises(OperationalError):
+        provider_event_apply(provider="stripe", event_id=event_id)
+    stored = WebhookEvent.objects.get(id=event_id)
+    assert stored.applied_at is None and stored.payload  # kept, as received, to try again
     assert Step.objects.get(pk=step.pk).state == "pending"
+    # Stripe's redelivery is a duplicate: what was stored is what is applied.
+    assert post(payload, sign(payload)).json()["duplicate"] is True
 
     monkeypatch.setattr(commerce.webhooks, "step_settle", real_settle)
-    redelivered = post(payload, sign(payload))
-    assert redelivered.status_code == 200 and redelivered.json()["duplicate"] is False
+    with override_settings(SWEEP_GRACE_SECONDS=0):
+        assert provider_events_sweep() >= 1  # rung again
+    assert "settled" in provider_event_apply(provider="stripe", event_id=event_id)
+    assert Step.objects.get(pk=step.pk).state == "done"
+    assert provider_event_apply(provider="stripe", event_id=event_id).startswith("applied already")
+
+
+@override_settings(STRIPE_WEBHOOK_SECRET=SECRET)
+def test_an_event_stored_by_anyone_but_the_provider_settles_nothing() -> None:
+    """The web server's role may store events (that is its part), and so may whoever holds
+    its credentials: the worker verifies the signature itself, from the body as stored, and
+    what the provider did not sign settles nothing."""
+    step = pending_step()
+    forged = event("payment_intent.succeeded", step, status="succeeded")
+    event_id = json.loads(forged)["id"]
+    WebhookEvent.objects.create(
+        id=event_id,
+        provider="stripe",
+        type="payment_intent.succeeded",
+        payload=forged.decode(),
+        signature=sign(forged, secret="whsec_" + "x" * 32),
+    )
+    said = provider_event_apply(provider="stripe", event_id=event_id)
+    assert said.startswith("refused: bad signature")
+    assert Step.objects.get(pk=step.pk).state == "pending"
+    assert WebhookEvent.objects.get(id=event_id).payload == ""
+
+
+def test_a_web_server_without_the_secret_stores_what_the_worker_then_refuses() -> None:
+    """Given no STRIPE_WEBHOOK_SECRET on purpose (STRIPE_WEBHOOK_CHECKED_BY_WORKERS), the web
+    server cannot sign an event even if it is taken over: it stores what is well-formed and
+    signed at all, and the worker, which has the secret, verifies it."""
+    step = pending_step()
+    genuine = event("payment_intent.succeeded", step, status="succeeded")
+    forged = event("payment_intent.succeeded", step, status="succeeded")
+    with override_settings(STRIPE_WEBHOOK_SECRET="", STRIPE_WEBHOOK_CHECKED_BY_WORKERS=True):
+        first = post(forged, sign(forged, secret="whsec_" + "y" * 32), apply=False)
+        second = post(genuine, sign(genuine), apply=False)
+        unsigned = Client().post("/webhooks/stripe", data=genuine, content_type="application/json")
+        assert unsigned.status_code == 400
+    assert first.status_code == second.status_code == 200
+    with override_settings(STRIPE_WEBHOOK_SECRET=SECRET):
+        said = provider_event_apply(provider="stripe", event_id=first.json()["event"])
+        assert said.startswith("refused: bad signature")
+        assert Step.objects.get(pk=step.pk).state == "pending"
+        provider_event_apply(provider="stripe", event_id=second.json()["event"])
     assert Step.objects.get(pk=step.pk).state == "done"
 
 
@@ -376,6 +449,7 @@ def test_only_what_the_journal_needs_is_stored_never_the_client_secret() -> None
     stored = WebhookEvent.objects.get(id=json.loads(payload)["id"])
     assert stored.facts["key"] == step.key and stored.facts["amount"] == 4900
     assert "client_secret" not in json.dumps(stored.facts)
+    assert stored.payload == "" and stored.applied_at is not None  # emptied once applied
 
 
 # --- What an outsider can send (issue 15) ------------------------------------------------------

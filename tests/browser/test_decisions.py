@@ -12,6 +12,7 @@ import pytest
 import requests
 from django.test import override_settings
 
+from agentops.provider_events import provider_event_apply
 from agentops.runner import task_start
 from agentops.tools import tool_registry
 from journal.leases import lease_acquire, lease_release
@@ -117,6 +118,7 @@ def test_a_banner_about_an_unknown_step_clears_when_it_settles_without_a_reload(
         timeout=10,
     )
     assert answer.status_code == 200, answer.text
+    provider_event_apply(provider="stripe", event_id=answer.json()["event"])  # a worker's part
     # The page polls while the task is with a person: the banner says what is true now.
     page.wait_for_selector("#attention.settled", timeout=15_000)
     assert page.evaluate("window.loadedOnce") is True
@@ -163,12 +165,12 @@ def test_a_late_charge_is_corrected_and_refunded_from_the_page_once(
         step_resolve(step_id=step.pk, actor="ops", done=False, reason="nothing at the provider")
         with override_settings(**tools):
             tool_registry()["charge_customer"].call(step.args, key=step.key)
+        fleet.worker(STRIPE_WEBHOOK_SECRET=SECRET)  # it applies what the web server stores
         wait_for(
             lambda: Task.objects.get(pk=step.task_id).attention_code == "conflict",
             timeout=20,
             what="the late charge's notification",
         )
-        fleet.worker()
         who = operator()
         log_in(page, app, who)
         page.goto(f"{app}/tasks/{step.task_id}")

@@ -15,6 +15,7 @@ from django.db import close_old_connections
 
 from agentops.audit.services import audits_sweep
 from agentops.notifications.services import notifications_sweep
+from agentops.provider_events import provider_events_sweep
 from agentops.retention import retention_sweep
 from agentops.runner import tasks_sweep
 from agentops.telemetry import instruments
@@ -65,6 +66,16 @@ class Command(BaseCommand):
             except Exception as exc:
                 log.warning(
                     "audit sweep failed: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                    extra={"error": str(exc)},
+                )
+            # Providers' notifications stored and not applied yet (a lost ring, a failure).
+            try:
+                provider_events_sweep()
+            except Exception as exc:
+                log.warning(
+                    "provider events sweep failed: %s: %s",
                     type(exc).__name__,
                     exc,
                     extra={"error": str(exc)},
