@@ -52,6 +52,8 @@ def _app_privileges_after_migrate(*, using: str, verbosity: int = 1, **kwargs: A
                 "Security model)"
             )
         return
-    tables = app_privileges_sync(connection=connections[using], app_role=app_role)
+    roles = {r: k for r, k in settings.DATABASE_ROLES.items() if r != migrating_role}
+    tables = app_privileges_sync(connection=connections[using], roles=roles)
     if verbosity:
-        print(f"agentops: privileges of role {app_role!r} synced on {tables} tables")
+        named = ", ".join(f"{role!r} ({'+'.join(kinds)})" for role, kinds in roles.items())
+        print(f"agentops: privileges of roles {named} synced on {tables} tables")

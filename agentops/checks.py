@@ -68,6 +68,28 @@ def sweeper_finds_dead_runs_by_the_lease(
 
 
 @register()
+def the_apps_role_is_declared(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """With an owner apart (DATABASE_OWNER_URL), every process connects as one of the roles
+    `migrate` grants (DATABASE_ROLES): any other may do nothing, and would fail at its first
+    statement rather than here."""
+    if "owner" not in settings.DATABASES:
+        return []
+    role = settings.DATABASES["default"].get("USER") or ""
+    if role in settings.DATABASE_ROLES:
+        return []
+    declared = ", ".join(sorted(settings.DATABASE_ROLES)) or "none"
+    return [
+        Error(
+            f"DATABASE_URL connects as {role!r}, which is none of DATABASE_ROLES ({declared}): "
+            "migrate grants it nothing, so it may do nothing",
+            hint="Connect each process as its kind's role (the web server as the people role, "
+            "the workers as the runner role), or name this role in DATABASE_ROLES.",
+            id="agentops.E010",
+        )
+    ]
+
+
+@register()
 def the_runner_can_be_built(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Every worker builds the tools and the planner for each run. If they cannot be built
     (an unknown PLANNER, a missing key, an import that fails), every task would be handed to

@@ -1,17 +1,22 @@
-"""What the app's own database role may do: the one list to extend when columns are added.
+"""What the app's own database roles may do: the one list to extend when columns are added.
 
-agentops connects to PostgreSQL with two roles (README, "Security model"):
+agentops connects to PostgreSQL with a role for each kind of process (README, "Security
+model"; docs/design.md §4):
 
-- the **owner** (``DATABASE_OWNER_URL``) runs migrations and owns every table;
-- the **app** (``DATABASE_URL``), which the web server and the workers use, owns nothing.
+- the **owner** (``DATABASE_OWNER_URL``) runs migrations and owns every table and function;
+- the roles of ``settings.DATABASE_ROLES``, each for the kinds of process that connect as it
+  through their ``DATABASE_URL`` (journal/callers.py): the web role (``people``: the web
+  server, the HTTP API, the MCP server) and the worker role (``runner``: the workers and the
+  sweeper). They own nothing.
 
-After every ``migrate``, :func:`app_privileges_sync` gives the app role exactly what is
-listed here and nothing more:
+After every ``migrate``, :func:`app_privileges_sync` gives each role exactly what is listed
+here for its kinds and nothing more:
 
 - the journal's tables (every table named ``journal_*``): ``SELECT`` only. Every write to
   the journal is one of its functions (docs/design.md §4), and the role may ``EXECUTE``
-  exactly those ``journal.callers.MOVES`` lists; nobody else may execute any function the
-  owner made (PostgreSQL lets everyone execute a new function unless told otherwise);
+  exactly those ``journal.callers.MOVES`` lists for its kinds; nobody else may execute any
+  function the owner made (PostgreSQL lets everyone execute a new function unless told
+  otherwise);
 - agentops' own tables, listed column by column: a column the app may ``UPDATE`` is in
   ``updatable``, one it may only write at ``INSERT`` is in ``frozen``. A column of an
   agentops table that is in neither stops the migration with an error naming it, so a new
@@ -22,6 +27,7 @@ listed here and nothing more:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -291,19 +297,39 @@ def _owned_functions(connection: BaseDatabaseWrapper) -> list[str]:
         return [name for (name,) in cursor.fetchall()]
 
 
-def app_privileges_sync(*, connection: BaseDatabaseWrapper, app_role: str) -> int:
-    """Give ``app_role`` exactly the listed privileges on every table; run as the owner.
+def _missing_roles(connection: BaseDatabaseWrapper, roles: list[str]) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)", [roles])
+        found = {name for (name,) in cursor.fetchall()}
+    return [role for role in roles if role not in found]
+
+
+def app_privileges_sync(
+    *, connection: BaseDatabaseWrapper, roles: Mapping[str, Sequence[str]]
+) -> int:
+    """Give each role of ``roles`` (settings.DATABASE_ROLES: a role and the kinds of process
+    that connect as it) exactly the listed privileges on every table and function; run as
+    the owner.
 
     Idempotent: it revokes everything first, then grants. Returns the number of tables.
-    Raises :class:`PrivilegeListError` if a journal column is not listed.
+    Raises :class:`PrivilegeListError` if an agentops column is not listed or a role does
+    not exist.
     """
     tables = _table_columns(connection)
     _checked(tables)
+    missing = _missing_roles(connection, list(roles))
+    if missing:
+        raise PrivilegeListError(
+            f"the database roles {', '.join(missing)} (DATABASE_ROLES) do not exist: create "
+            "each as the database's administrator (CREATE ROLE <name> LOGIN PASSWORD '...', no "
+            "other attribute) and run migrate again"
+        )
     functions = _owned_functions(connection)
     # One transaction: a running app never sees the moment between REVOKE and GRANT.
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        for statement in app_privileges_sql(
-            connection, app_role=app_role, tables=tables, functions=functions
-        ):
-            cursor.execute(statement)
+        for role, kinds in roles.items():
+            for statement in app_privileges_sql(
+                connection, app_role=role, tables=tables, functions=functions, kinds=tuple(kinds)
+            ):
+                cursor.execute(statement)
     return len(tables)

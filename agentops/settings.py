@@ -165,11 +165,38 @@ if not DATABASE_URL:
     )
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 # The role that owns the tables and runs migrations (agentops/dbroles.py). Give it only to
-# `manage.py migrate`: the web server and the workers connect as DATABASE_URL's role, which
-# owns nothing and may change only what the journal's transitions need.
+# `manage.py migrate`: every other process connects as DATABASE_URL's role, which owns
+# nothing and may write the journal only through the functions its kind of process calls.
 DATABASE_OWNER_URL = os.environ.get("DATABASE_OWNER_URL", "")
 if DATABASE_OWNER_URL:
     DATABASES["owner"] = dj_database_url.parse(DATABASE_OWNER_URL, conn_max_age=0)
+
+
+def _database_roles(text: str) -> dict[str, tuple[str, ...]]:
+    """``role=kind[+kind],...`` (journal/callers.py's kinds: people, runner)."""
+    roles: dict[str, tuple[str, ...]] = {}
+    for item in text.split(","):
+        role, _, kinds = item.strip().partition("=")
+        if not role.strip():
+            continue
+        named = tuple(k.strip() for k in kinds.split("+") if k.strip())
+        if not named or not set(named) <= {"people", "runner"}:
+            raise ImproperlyConfigured(
+                f"DATABASE_ROLES: {item.strip()!r} is not role=people, role=runner or "
+                "role=people+runner"
+            )
+        roles[role.strip()] = named
+    return roles
+
+
+# The database role of each kind of process (docs/design.md §4, "A role for each kind of
+# process"), which `migrate` grants exactly what that kind may do: `people` for what faces
+# the network (the web server, the HTTP API, the MCP server: people's and programs'
+# decisions), `runner` for the workers and the sweeper (leases, records, settlements). Each
+# process connects as its own through its DATABASE_URL.
+DATABASE_ROLES = _database_roles(
+    os.environ.get("DATABASE_ROLES", "agentops_web=people,agentops_worker=runner")
+)
 DATABASE_ROUTERS = ["agentops.dbroles.MigrationRouter"]
 for _alias, _db in DATABASES.items():
     if _db["ENGINE"] != "django.db.backends.postgresql":

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
+from urllib.parse import quote, unquote, urlsplit
+
 from django.db import connection
 
 
-def database_url() -> str:
+def database_url(kind: str | None = None) -> str:
     """The database this process is connected to (a test run's test database too), as the
-    DATABASE_URL of a worker, web server or runner we start against it."""
+    DATABASE_URL of a worker, web server or runner we start against it: as this process's own
+    role, or, given a ``kind`` of process ("web", "worker") whose role the launcher made
+    (DATABASE_WEB_URL, DATABASE_WORKER_URL), as that one, as production would connect it."""
     s = connection.settings_dict
-    password = f":{s['PASSWORD']}" if s["PASSWORD"] else ""
-    return f"postgres://{s['USER']}{password}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+    user, password = s["USER"], s["PASSWORD"]
+    own = os.environ.get(f"DATABASE_{kind.upper()}_URL", "") if kind else ""
+    if own:
+        parts = urlsplit(own)
+        user, password = unquote(parts.username or ""), unquote(parts.password or "")
+    secret = f":{quote(password, safe='')}" if password else ""
+    return f"postgres://{quote(user, safe='')}{secret}@{s['HOST']}:{s['PORT']}/{s['NAME']}"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
@@ -70,3 +72,20 @@ def flag(
 def lease_expire(task_id: Any) -> None:
     """Let the task's lease run out now (its holder died)."""
     as_owner("UPDATE journal_task SET lease_expires_at = now() WHERE id = %s", [task_id])
+
+
+def role_params(kind: str) -> dict[str, Any]:
+    """A psycopg connection's parameters for the database role of a kind of process ("web" or
+    "worker": DATABASE_WEB_URL, DATABASE_WORKER_URL, which scripts/stack.py sets), on the
+    database the tests use."""
+    variable = f"DATABASE_{kind.upper()}_URL"
+    url = os.environ.get(variable)
+    assert url, f"{variable} is not set: run the tests as `make test` does (scripts/stack.py)"
+    parts = urlsplit(url)
+    return {
+        "user": unquote(parts.username or ""),
+        "password": unquote(parts.password or ""),
+        "host": parts.hostname,
+        "port": parts.port,
+        "dbname": connections[DEFAULT_DB_ALIAS].settings_dict["NAME"],
+    }

@@ -152,7 +152,8 @@ class World:
         self.env = self._app_env({h.name: h.url for h in self.sandboxes}, secret)
         web = [sys.executable, "-m", "gunicorn", "--config", "python:agentops.gunicorn_conf"]
         web += ["--bind", f"{HOST}:{web_port}"]
-        proc = self.procs["web"] = self._spawn("web", web, {**self.env, "WEB_CONCURRENCY": "1"})
+        web_env = {**self.env, "DATABASE_URL": database_url("web"), "WEB_CONCURRENCY": "1"}
+        proc = self.procs["web"] = self._spawn("web", web, web_env)
         self._ready(
             lambda: wait_until(
                 lambda: accepts_tcp(web_port, timeout=0.5),
@@ -169,7 +170,8 @@ class World:
         if self.harness in ("safe", "mcp"):
             sweep = [sys.executable, "manage.py", "sweep"]
             sweep += ["--interval", f"{world.sweep_interval:g}"]
-            self.procs["sweeper"] = self._spawn("sweeper", sweep, self.env)
+            sweeper_env = {**self.env, "DATABASE_URL": database_url("worker")}
+            self.procs["sweeper"] = self._spawn("sweeper", sweep, sweeper_env)
         self.slots = [Slot(i) for i in range(self.workers)]
         for slot in self.slots:
             # A dead worker is started again at once: the run's faults are what it measures.
@@ -208,8 +210,9 @@ class World:
         }
         if len(env["DJANGO_SECRET_KEY"]) < 50:
             env["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
-        # The app's role only, as in production; no development tools (no `manage.py chaos`
-        # in the app, no tool wrapper) and no fault armed unless the run arms it.
+        # The app's roles only (each process its kind's, below), as in production; no
+        # development tools (no `manage.py chaos` in the app, no tool wrapper) and no fault
+        # armed unless the run arms it.
         for name in (
             "DATABASE_OWNER_URL",
             CONTROL_VARIABLE,
@@ -228,7 +231,7 @@ class World:
         # asks it itself; the safe harness's runner through its planner wrapper. The mcp
         # harness's model is its agent, outside (devtools.chaos.agent): the tasks its intents
         # start follow their kinds' playbooks, as they do in production.
-        env = dict(self.env)
+        env = {**self.env, "DATABASE_URL": database_url("worker")}
         argv = [sys.executable, "manage.py", *WORKER_ARGS]
         if self.harness == "naive":
             argv += ["--worker-class", NAIVE_WORKER_CLASS]
@@ -255,7 +258,7 @@ class World:
         argv = [sys.executable, "manage.py", "mcp_server", "--transport", "http"]
         argv += ["--host", HOST, "--port", str(self.mcp_port)]
         self.mcp_starts += 1
-        return self._spawn("mcp-server", argv, self.env)
+        return self._spawn("mcp-server", argv, {**self.env, "DATABASE_URL": database_url("web")})
 
     def mcp_wait_ready(self, proc: Popen | None = None) -> None:
         wait_until(

@@ -47,9 +47,12 @@ from devtools.stack.files import leftover, private_dir, secret
 from devtools.stack.postgres import (
     APP_ROLE,
     DATABASE,
+    DATABASE_ROLES,
     OWNER_ROLE,
     PG_BENCH_SETTINGS,
     PG_TEST_SETTINGS,
+    WEB_ROLE,
+    WORKER_ROLE,
     Postgres,
 )
 from devtools.stack.redis import Redis
@@ -81,6 +84,9 @@ def cmd_run() -> int:
     env.setdefault("AGENTOPS_EXAMPLES", "1")  # the demo shows the example app too
     web_port = env_port("AGENTOPS_WEB_PORT", 8000)
     watched: list[tuple[str, Popen]] = []
+    # Each server's DATABASE_URL by its kind, when the launcher makes the roles (given a
+    # DATABASE_URL of your own, every process uses it).
+    kind_urls: dict[str, str] = {}
     cleanup = contextlib.ExitStack()
     try:
         stop_leftover_app("web", argv_has="agentops.gunicorn_conf")
@@ -130,8 +136,12 @@ def cmd_run() -> int:
             watched.append(("postgres", pg.start()))
             pg.ensure_roles()
             pg.ensure_database(DATABASE)
+            # The launcher's own steps (migrate's grants, the seed) as both kinds; each
+            # server below as its own kind's role (docs/design.md §4).
+            env["DATABASE_ROLES"] = DATABASE_ROLES
             env["DATABASE_URL"] = pg.url(DATABASE, APP_ROLE)
             env["DATABASE_OWNER_URL"] = pg.url(DATABASE, OWNER_ROLE)
+            kind_urls = {"web": pg.url(DATABASE, WEB_ROLE), "worker": pg.url(DATABASE, WORKER_ROLE)}
         if env.get("REDIS_URL"):
             log("REDIS_URL is set: using it, starting no Redis")
         else:
@@ -175,12 +185,14 @@ def cmd_run() -> int:
         gunicorn += ["--bind", f"{HOST}:{web_port}"]
         worker_args = ["rqworker", "default", "--with-scheduler"]
         worker_args += ["--serializer", "rq.serializers.JSONSerializer"]
+        web_env = {**env, "DATABASE_URL": kind_urls.get("web", env["DATABASE_URL"])}
+        worker_env = {**env, "DATABASE_URL": kind_urls.get("worker", env["DATABASE_URL"])}
         children = [
-            Child("web", gunicorn, env, stop_timeout=STOP_TIMEOUT, run_as=app),
+            Child("web", gunicorn, web_env, stop_timeout=STOP_TIMEOUT, run_as=app),
             Child(
                 "worker",
                 [python, str(MANAGE), *worker_args],
-                env,
+                worker_env,
                 stop_timeout=WORKER_STOP_TIMEOUT,
                 run_as=app,
             ),
@@ -188,7 +200,7 @@ def cmd_run() -> int:
             Child(
                 "sweeper",
                 [python, str(MANAGE), "sweep"],
-                env,
+                worker_env,
                 stop_timeout=STOP_TIMEOUT,
                 run_as=app,
             ),
@@ -323,7 +335,12 @@ def cmd_test(cmd: Sequence[str], *, mode: str = "test") -> int:
             pg.ensure_roles(owner_creates_databases=True)
             pg.ensure_database(DATABASE)
             pg.server_stats(DATABASE)
+            # CMD runs both kinds in one process (tests, the benchmark, the chaos run): it
+            # connects as the role that is both; each kind's own is there to be tried as.
+            env["DATABASE_ROLES"] = DATABASE_ROLES
             env["DATABASE_URL"] = pg.url(DATABASE, APP_ROLE)
+            env["DATABASE_WEB_URL"] = pg.url(DATABASE, WEB_ROLE)
+            env["DATABASE_WORKER_URL"] = pg.url(DATABASE, WORKER_ROLE)
             env["DATABASE_OWNER_URL"] = pg.url(DATABASE, OWNER_ROLE)
         if env.get("REDIS_URL"):
             log("REDIS_URL is set: using it, starting no Redis")
@@ -402,6 +419,7 @@ def cmd_manage(args: Sequence[str]) -> int:
         log(f"error: {', '.join(missing)} not found: start the stack once with `make run`")
         return 1
     if not env.get("DATABASE_URL"):
+        env.setdefault("DATABASE_ROLES", DATABASE_ROLES)  # as `run` granted them
         password = needed["DATABASE_URL"].read_text().strip()
         port = env_port("AGENTOPS_PG_PORT", 54329, env)
         env["DATABASE_URL"] = f"postgres://{APP_ROLE}:{password}@{HOST}:{port}/{DATABASE}"

@@ -35,10 +35,20 @@ from devtools.stack.base import START_TIMEOUT, STOP_TIMEOUT, PortInUse, StackErr
 from devtools.stack.files import inside_var, leftover, log_size, private_file, secret, tail
 from devtools.stack.users import check_reachable, executable, package_dir, server_identity
 
-# The roles (Postgres below); agentops/dbroles.py says what the app role may do.
+# The roles (Postgres below); agentops/dbroles.py says what each app role may do.
 SUPERUSER = "postgres"
 OWNER_ROLE = "agentops_owner"
+# A role for each kind of process (docs/design.md §4): the web server and the MCP server
+# connect as the web role (people's and programs' decisions), the workers and the sweeper as
+# the worker role (leases, records, settlements).
+WEB_ROLE = "agentops_web"
+WORKER_ROLE = "agentops_worker"
+# Both kinds at once: for what runs both in one process (the tests, the benchmark, the chaos
+# run) and for `stack.py manage` (an operator's shell). No server `run` starts uses it.
 APP_ROLE = "agentops_app"
+APP_ROLES = (WEB_ROLE, WORKER_ROLE, APP_ROLE)
+# What `migrate` grants each (agentops.settings.DATABASE_ROLES), as the launcher declares it.
+DATABASE_ROLES = f"{WEB_ROLE}=people,{WORKER_ROLE}=runner,{APP_ROLE}=people+runner"
 DATABASE = "agentops"
 
 # Only for a database that is thrown away when the command ends: the first two trade safety
@@ -70,10 +80,11 @@ ROLE_LIMITS = "NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS"
 
 
 class Postgres:
-    """An embedded PostgreSQL: three roles with passwords (SCRAM), no `trust`.
+    """An embedded PostgreSQL: its roles with passwords (SCRAM), no `trust`.
 
     `postgres` (the superuser) only sets things up; `agentops_owner` owns the database and
-    migrates it; `agentops_app` is what the app connects as, owning nothing.
+    migrates it; `agentops_web` and `agentops_worker` are what the web server and the
+    workers connect as, `agentops_app` what runs both kinds at once; none owns anything.
     """
 
     def __init__(
@@ -264,11 +275,12 @@ class Postgres:
             return False
 
     def ensure_roles(self, *, owner_creates_databases: bool = False) -> None:
-        """Create the owner and app roles (or reset them to what they must be)."""
+        """Create the owner and the app's roles (or reset them to what they must be)."""
         createdb = sql.SQL("CREATEDB" if owner_creates_databases else "NOCREATEDB")
         alter = sql.SQL("ALTER ROLE {} WITH LOGIN {} " + ROLE_LIMITS + " PASSWORD {}")
+        roles = [(OWNER_ROLE, createdb), *((role, sql.SQL("NOCREATEDB")) for role in APP_ROLES)]
         with self.connect() as conn:
-            for role, may_create in ((OWNER_ROLE, createdb), (APP_ROLE, sql.SQL("NOCREATEDB"))):
+            for role, may_create in roles:
                 name = sql.Identifier(role)
                 # `SELECT FROM` returns rows of no columns: an empty tuple, which is false.
                 found = conn.execute("SELECT FROM pg_roles WHERE rolname = %s", [role])
@@ -279,7 +291,7 @@ class Postgres:
                 conn.execute(alter.format(name, may_create, password))
 
     def ensure_database(self, name: str) -> None:
-        """The database `name`, owned by the owner role; the app role may only connect."""
+        """The database `name`, owned by the owner role; the app's roles may only connect."""
         database, owner = sql.Identifier(name), sql.Identifier(OWNER_ROLE)
         with self.connect() as conn:
             found = conn.execute("SELECT FROM pg_database WHERE datname = %s", [name])
@@ -289,11 +301,12 @@ class Postgres:
             for statement in (
                 "ALTER DATABASE {database} OWNER TO {owner}",
                 "REVOKE ALL ON DATABASE {database} FROM PUBLIC",
-                "GRANT CONNECT, TEMPORARY ON DATABASE {database} TO {app}",
             ):
+                conn.execute(sql.SQL(statement).format(database=database, owner=owner))
+            for role in APP_ROLES:
                 conn.execute(
-                    sql.SQL(statement).format(
-                        database=database, owner=owner, app=sql.Identifier(APP_ROLE)
+                    sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
+                        database, sql.Identifier(role)
                     )
                 )
 

@@ -19,7 +19,14 @@ from devtools.stack import base
 # Which ports `run` used, by the variable that sets each.
 PORT_VARIABLES = ("AGENTOPS_PG_PORT", "AGENTOPS_REDIS_PORT", "AGENTOPS_WEB_PORT")
 # The app's settings `run` passes on (the sandboxes' addresses and the like), never these.
-NOT_PASSED_ON = ("DATABASE_URL", "DATABASE_OWNER_URL", "REDIS_URL", "DJANGO_SECRET_KEY")
+NOT_PASSED_ON = (
+    "DATABASE_URL",
+    "DATABASE_OWNER_URL",
+    "DATABASE_WEB_URL",
+    "DATABASE_WORKER_URL",
+    "REDIS_URL",
+    "DJANGO_SECRET_KEY",
+)
 
 
 def run_file() -> Path:

@@ -26,6 +26,7 @@ from mcp_types import CallToolResult
 
 from agentops.api.auth import api_client_create
 from agentops.mcp.server import build_server
+from devtools.database import database_url
 from devtools.process import end, free_port, spawn, wait_for_port
 from tests.agentops.workers import Fleet
 from tests.journal.support import invoice
@@ -107,6 +108,7 @@ def mcp_http_server(mcp_world: Fleet, tmp_path: Path) -> Iterator[str]:
         [sys.executable, "manage.py", "mcp_server", "--transport", "http", "--port", str(port)],
         env={
             **mcp_world.env,
+            "DATABASE_URL": database_url("web"),  # what faces the network: the web role
             "MCP_WAIT_SECONDS": "20",
             "API_RATE_LIMIT": str(MCP_RATE_LIMIT),
         },

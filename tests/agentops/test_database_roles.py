@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
@@ -27,7 +28,7 @@ from agentops.audit.services import audit_run
 from agentops.dbroles import APP_COLUMNS, APP_FUNCTIONS, JOURNAL_PREFIX, READ_ONLY_TABLES
 from agentops.runner import task_start
 from commerce.customers.selectors import payment_of
-from journal.callers import KINDS, callable_by
+from journal.callers import callable_by
 from journal.leases import lease_acquire
 from journal.models import Step, Task
 from journal.outcomes import Outcome
@@ -39,7 +40,7 @@ from tests.agentops.test_business_effects import (  # noqa: F401 (world: a fixtu
     run,
     world,
 )
-from tests.databases import owner_connection
+from tests.databases import owner_connection, role_params
 from tests.journal.support import ChargeTool, Provider, charge, invoice
 from tests.sandbox.fixtures import SandboxHandle
 
@@ -88,7 +89,7 @@ SELECT c.relname, a.privilege_type
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace,
        LATERAL aclexplode(c.relacl) a
  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v') AND NOT c.relispartition
-   AND a.grantee = current_user::regrole
+   AND a.grantee = %s::regrole
 """
 COLUMN_PRIVILEGES = """
 SELECT c.relname, t.attname, a.privilege_type
@@ -96,32 +97,37 @@ SELECT c.relname, t.attname, a.privilege_type
   JOIN pg_attribute t ON t.attrelid = c.oid AND t.attnum > 0 AND NOT t.attisdropped,
        LATERAL aclexplode(t.attacl) a
  WHERE n.nspname = current_schema() AND NOT c.relispartition
-   AND a.grantee = current_user::regrole
+   AND a.grantee = %s::regrole
 """
-# Who may execute each function the tables' owner made: a role, or PUBLIC (grantee 0).
+# Who may execute each function the tables' owner made: a role by name, or PUBLIC ("-").
 FUNCTION_GRANTEES = """
-SELECT p.proname, a.grantee
+SELECT p.proname, COALESCE(r.rolname, '-')
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
        LATERAL aclexplode(COALESCE(p.proacl, acldefault('f', p.proowner))) a
+       LEFT JOIN pg_roles r ON r.oid = a.grantee
  WHERE n.nspname = current_schema() AND p.proowner = %s::regrole
    AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
 """
 
 
-def test_every_privilege_the_app_role_holds_is_declared(
-    app_sql: psycopg.Connection[tuple[object, ...]],
+@pytest.mark.parametrize("role", sorted(settings.DATABASE_ROLES))
+def test_every_privilege_each_role_holds_is_declared(
+    app_sql: psycopg.Connection[tuple[object, ...]], role: str
 ) -> None:
-    """On the journal's tables: SELECT and nothing else. On agentops' own: SELECT, INSERT,
-    and UPDATE of exactly the listed columns. On the framework's: the usual four. And it may
-    execute exactly the functions its kinds of process call, and agentops' own listed ones:
-    nobody else (not PUBLIC) may execute any function the owner made."""
+    """For each role of DATABASE_ROLES, read from the catalogue: on the journal's tables,
+    SELECT and nothing else; on agentops' own, SELECT, INSERT, and UPDATE of exactly the
+    listed columns; on the framework's, the usual four. It may execute exactly the functions
+    its kinds of process call (journal/callers.py), and agentops' own listed ones; nobody
+    (not PUBLIC) may execute any other function the owner made."""
+    kinds = settings.DATABASE_ROLES[role]
     held: dict[str, set[str]] = {}
-    for table, privilege in app_sql.execute(TABLE_PRIVILEGES).fetchall():
+    for table, privilege in app_sql.execute(TABLE_PRIVILEGES, [role]).fetchall():
         held.setdefault(str(table), set()).add(str(privilege))
     updatable: dict[str, set[str]] = {}
-    for table, column, privilege in app_sql.execute(COLUMN_PRIVILEGES).fetchall():
+    for table, column, privilege in app_sql.execute(COLUMN_PRIVILEGES, [role]).fetchall():
         assert privilege == "UPDATE", (table, column, privilege)
         updatable.setdefault(str(table), set()).add(str(column))
+    assert held, f"{role} holds nothing: it is not granted by migrate"
     for table, privileges in held.items():
         if table.startswith(JOURNAL_PREFIX) or table in READ_ONLY_TABLES:
             assert privileges == {"SELECT"}, table
@@ -133,13 +139,87 @@ def test_every_privilege_the_app_role_holds_is_declared(
         table: set(columns.updatable) for table, columns in APP_COLUMNS.items() if columns.updatable
     }
     owner = owner_connection().settings_dict["USER"]
-    role = app_sql.execute("SELECT current_user::regrole::oid").fetchone()
-    executes: dict[str, set[Any]] = {}
-    for name, grantee in app_sql.execute(FUNCTION_GRANTEES, [owner]).fetchall():
-        executes.setdefault(str(name), set()).add(grantee)
-    assert all(grantees == {role and role[0]} for grantees in executes.values()), executes
-    declared = {name for kind in KINDS for name in callable_by(kind)} | set(APP_FUNCTIONS)
-    assert set(executes) == declared
+    executes = {
+        str(name)
+        for name, grantee in app_sql.execute(FUNCTION_GRANTEES, [owner]).fetchall()
+        if grantee == role
+    }
+    declared = {name for kind in kinds for name in callable_by(kind)} | set(APP_FUNCTIONS)
+    assert executes == declared
+
+
+def test_nobody_but_the_declared_roles_may_execute_a_function_the_owner_made(
+    app_sql: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    owner = owner_connection().settings_dict["USER"]
+    grantees = {str(g) for _, g in app_sql.execute(FUNCTION_GRANTEES, [owner]).fetchall()}
+    assert grantees <= set(settings.DATABASE_ROLES), grantees  # not PUBLIC ("-")
+
+
+def test_the_web_role_can_take_no_lease_record_no_effect_and_settle_none() -> None:
+    """What faces the network (the web server, the HTTP API, the MCP server) starts tasks and
+    records people's decisions; it cannot take a lease, record an effect or settle one."""
+    step = _settled_step()
+    with psycopg.connect(**role_params("web"), autocommit=True) as web:
+        for sql, params in (
+            (
+                "SELECT * FROM journal_lease_take(p_task => %s, p_owner => 'x', p_lease => 60)",
+                [step.task_id],
+            ),
+            (
+                "SELECT * FROM journal_record(p_task => %s, p_token => 1, p_lease => 60, "
+                "p_tool => 'charge', p_args => '{}', p_decision => '{}', p_entry => '{}')",
+                [step.task_id],
+            ),
+            (
+                "SELECT * FROM journal_settle(p_step => %s, p_state => 'done', p_detail => '', "
+                "p_outcome => '{\"evidence\": {}}', p_entry => '{}', p_via => 'webhook')",
+                [step.pk],
+            ),
+            ("SELECT journal_step_noted(p_step => %s, p_notes => '[]')", [step.pk]),
+            (
+                "SELECT * FROM journal_finish(p_task => %s, p_token => 1, p_lease => 60, "
+                "p_to => 'finished', p_shortfall => false, p_detail => '', p_outcome => '{}', "
+                "p_decision => '{}', p_entry => '{}')",
+                [step.task_id],
+            ),
+        ):
+            _refused(web, sql, params)
+        # What it is for: a task started, a person's decision recorded.
+        made = web.execute(
+            "SELECT journal_task_create(p_id => gen_random_uuid(), p_kind => 'renewal', "
+            "p_goal => 'g', p_refs => '{}', p_plan => '[]', p_entry => '{}')"
+        ).fetchone()
+        assert made is not None
+
+
+def test_the_worker_role_records_no_persons_decision() -> None:
+    """The workers take leases, record, settle; a person's decision (an approval, a resume,
+    a settlement by hand) is not theirs to record."""
+    step = _settled_step()
+    with psycopg.connect(**role_params("worker"), autocommit=True) as worker:
+        for sql, params in (
+            (
+                "SELECT journal_task_resume(p_task => %s, p_actor => 'x', p_reason => 'y')",
+                [step.task_id],
+            ),
+            (
+                "SELECT journal_approval_approve(p_task => %s, p_approval => 1, p_digest => 'x', "
+                "p_actor => 'x')",
+                [step.task_id],
+            ),
+            (
+                "SELECT journal_step_resolve(p_step => %s, p_actor => 'x', p_done => true, "
+                "p_evidence => 'e', p_reason => 'y')",
+                [step.pk],
+            ),
+            (
+                "SELECT journal_task_create(p_id => gen_random_uuid(), p_kind => 'renewal', "
+                "p_goal => 'g', p_refs => '{}', p_plan => '[]', p_entry => '{}')",
+                [],
+            ),
+        ):
+            _refused(worker, sql, params)
 
 
 # --- The attacks of issue 35, from outside, with the app's credentials -----------------------
@@ -158,8 +238,9 @@ def _refused(conn: psycopg.Connection[tuple[object, ...]], sql: str, params: lis
 
 
 @pytest.mark.usefixtures("committed", "world", "clean_faults")
+@pytest.mark.parametrize("role", ["web", "worker"])
 def test_a_paid_invoice_cannot_be_freed_to_be_charged_again(
-    app_sql: psycopg.Connection[tuple[object, ...]], payments_sandbox: SandboxHandle
+    role: str, payments_sandbox: SandboxHandle
 ) -> None:
     """Chain 1: reopen a finished renewal, take its lease by hand, record a refund that
     offsets the paid charge and settle it done with made-up evidence, then renew the
@@ -169,6 +250,7 @@ def test_a_paid_invoice_cannot_be_freed_to_be_charged_again(
     inv = invoice()
     task = _paid_renewal(inv)
     paid = Step.objects.get(task=task, tool="charge_customer")
+    app_sql = psycopg.connect(**role_params(role), autocommit=True)
     for sql, params in (
         (
             "UPDATE journal_task SET status = 'needs_human', attention_code = 'x' WHERE id = %s",
@@ -199,24 +281,31 @@ def test_a_paid_invoice_cannot_be_freed_to_be_charged_again(
     ):
         _refused(app_sql, sql, params)
     # Through the functions it may call: the finished task is not run again by any of them.
-    lease = app_sql.execute(
-        "SELECT lease_token FROM journal_lease_take(p_task => %s, p_owner => 'x', p_lease => 60)",
-        [task.pk],
-    ).fetchone()
-    assert lease is not None
-    recorded = app_sql.execute(
-        "SELECT step_id FROM journal_record(p_task => %s, p_token => %s, p_lease => 60, "
-        "p_tool => 'refund_charge', p_args => '{}', p_decision => '{}', p_entry => '{}', "
-        "p_forward => false, p_offsets => %s, p_key => %s)",
-        [task.pk, lease[0], paid.n, paid.key + ":undo"],
-    ).fetchone()
-    assert recorded == (None,)  # the task is not runnable: nothing was recorded
+    # (The web role may take no lease at all; the worker's records nothing into it.)
+    try:
+        lease = app_sql.execute(
+            "SELECT lease_token FROM journal_lease_take(p_task => %s, p_owner => 'x', "
+            "p_lease => 60)",
+            [task.pk],
+        ).fetchone()
+    except psycopg.errors.InsufficientPrivilege:
+        assert role == "web"
+        lease = None
+    if lease is not None:
+        recorded = app_sql.execute(
+            "SELECT step_id FROM journal_record(p_task => %s, p_token => %s, p_lease => 60, "
+            "p_tool => 'refund_charge', p_args => '{}', p_decision => '{}', p_entry => '{}', "
+            "p_forward => false, p_offsets => %s, p_key => %s)",
+            [task.pk, lease[0], paid.n, paid.key + ":undo"],
+        ).fetchone()
+        assert recorded == (None,)  # the task is not runnable: nothing was recorded
     for move in ("journal_task_resume", "journal_saga_compensate", "journal_task_cancel"):
-        with pytest.raises(psycopg.Error, match="only a task that needs|over|ended"):
+        with pytest.raises(psycopg.Error, match="only a task that needs|over|ended|permission"):
             app_sql.execute(
                 f"SELECT {move}(p_task => %s, p_actor => 'x', p_reason => 'y')",  # noqa: S608
                 [task.pk],
             )
+    app_sql.close()
     fresh = Step.objects.get(pk=paid.pk)
     assert (fresh.state, fresh.offset_by_id) == ("done", None)
     assert Task.objects.get(pk=task.pk).status == "finished"
@@ -229,9 +318,8 @@ def test_a_paid_invoice_cannot_be_freed_to_be_charged_again(
 
 
 @pytest.mark.usefixtures("committed", "world", "clean_faults")
-def test_a_customer_is_never_told_paid_for_a_charge_that_never_was(
-    app_sql: psycopg.Connection[tuple[object, ...]],
-) -> None:
+@pytest.mark.parametrize("role", ["web", "worker"])
+def test_a_customer_is_never_told_paid_for_a_charge_that_never_was(role: str) -> None:
     """Chain 2: a renewal declined at the provider; reopen it and settle a charge done with
     ch_FORGED, so the customer's page says Paid. Refused at every statement, and by every
     function: the task ended, and no move makes it run again."""
@@ -241,6 +329,7 @@ def test_a_customer_is_never_told_paid_for_a_charge_that_never_was(
     before = payment_of(invoice=inv)
     assert before is not None and before.state == "not_done"
     declined = Step.objects.get(task=task, tool="charge_customer")
+    app_sql = psycopg.connect(**role_params(role), autocommit=True)
     for sql, params in (
         ("UPDATE journal_task SET status = 'runnable' WHERE id = %s", [task.pk]),
         (
@@ -259,21 +348,25 @@ def test_a_customer_is_never_told_paid_for_a_charge_that_never_was(
         ),
     ):
         _refused(app_sql, sql, params)
-    # The settled step keeps its outcome whatever report comes: a contradiction is a conflict.
-    app_sql.execute(
+    # The settled step keeps its outcome whatever report comes: a contradiction is a conflict
+    # (for the worker's role, whose part reports are; the web's may make none).
+    settle = (
         "SELECT * FROM journal_settle(p_step => %s, p_state => 'done', p_detail => 'paid', "
-        "p_outcome => %s::jsonb, p_entry => '{}', p_via => 'webhook')",
-        [declined.pk, json.dumps({"evidence": {"charge": "ch_FORGED"}})],
+        "p_outcome => %s::jsonb, p_entry => '{}', p_via => 'webhook')"
     )
+    forged = [declined.pk, json.dumps({"evidence": {"charge": "ch_FORGED"}})]
+    if role == "web":
+        _refused(app_sql, settle, forged)
+    else:
+        app_sql.execute(settle, forged)
+    app_sql.close()
     assert Step.objects.get(pk=declined.pk).state == "not_done"
     after = payment_of(invoice=inv)
-    assert after is not None and after.state != "done"  # a person looks at the conflict
+    assert after is not None and after.state != "done"  # at most, a person looks at a conflict
 
 
 @pytest.mark.usefixtures("committed", "world", "clean_faults")
-def test_what_a_runners_credentials_can_still_forge_the_provider_audit_finds(
-    app_sql: psycopg.Connection[tuple[object, ...]],
-) -> None:
+def test_what_a_runners_credentials_can_still_forge_the_provider_audit_finds() -> None:
     """The runner's role settles steps: that is its job, and the database cannot tell a
     provider's evidence from a made-up one. An attacker holding it can take the lease of a
     task that is still running, record a charge and settle it done with ch_FORGED, and the
@@ -282,6 +375,7 @@ def test_what_a_runners_credentials_can_still_forge_the_provider_audit_finds(
     since = timezone.now()
     inv = invoice()
     task = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
+    app_sql = psycopg.connect(**role_params("worker"), autocommit=True)
     lease = app_sql.execute(
         "SELECT lease_token FROM journal_lease_take(p_task => %s, p_owner => 'x', p_lease => 60)",
         [task.pk],
@@ -306,6 +400,7 @@ def test_what_a_runners_credentials_can_still_forge_the_provider_audit_finds(
             lease[0],
         ],
     )
+    app_sql.close()
     told = payment_of(invoice=inv)
     assert told is not None and told.state == "done"  # what the forgery achieves, until...
     with override_settings(AUDIT_INTERVAL_SECONDS=24 * 3600):

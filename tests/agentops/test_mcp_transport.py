@@ -27,6 +27,7 @@ from mcp_types import CallToolResult
 
 from agentops.api.auth import api_client_revoke
 from agentops.mcp.http import UNAVAILABLE, TokenGate
+from devtools.database import database_url
 from journal.models import Step, Task
 from tests.agentops.mcp_support import (
     MCP_RATE_LIMIT,
@@ -90,7 +91,12 @@ def test_over_stdio_as_a_subprocess_the_calls_are_the_configured_clients(
     params = StdioServerParameters(
         command=sys.executable,
         args=["manage.py", "mcp_server", "--transport", "stdio"],
-        env={**mcp_world.env, "MCP_CLIENT": name, "MCP_WAIT_SECONDS": "20"},
+        env={
+            **mcp_world.env,
+            "DATABASE_URL": database_url("web"),  # what faces the network: the web role
+            "MCP_CLIENT": name,
+            "MCP_WAIT_SECONDS": "20",
+        },
         cwd=str(REPO),
     )
 

@@ -45,6 +45,7 @@ from agentops.provider_events import provider_event_apply
 from agentops.runner import task_start
 from agentops.telemetry import collector
 from agentops.workers import WORKER_ARGS
+from devtools.database import database_url
 from devtools.process import free_port, spawn
 from journal.models import Approval, ApprovalState, Attention, Entry, EntryKind, Step, Task
 from journal.record import task_create
@@ -389,6 +390,7 @@ def test_the_web_servers_the_workers_and_the_sweepers_lines_are_json_naming_thei
     web_log = fleet.logs / "web.log"
     web_env = {
         **fleet.env,
+        "DATABASE_URL": database_url("web"),
         "LOG_FORMAT": "json",
         "STRIPE_WEBHOOK_SECRET": SECRET,
         "GUNICORN_BIND": f"127.0.0.1:{port}",

@@ -37,7 +37,7 @@ def _production_env(static_root: Path, **extra: str) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "agentops.settings",
         "DJANGO_DEBUG": "0",
         "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-        "DATABASE_URL": database_url(),
+        "DATABASE_URL": database_url("web"),  # as production serves it: the web role
         "DJANGO_STATIC_ROOT": str(static_root),
         **extra,
     }

@@ -89,7 +89,8 @@ def fleet(
         **os.environ,
         **{name: str(value) for name, value in tools.items()},
         "DJANGO_SETTINGS_MODULE": "agentops.settings_test",
-        "DATABASE_URL": database_url(),
+        # Workers and the sweeper connect as the worker role, as in production.
+        "DATABASE_URL": database_url("worker"),
         "TOOL_TIMEOUT_SECONDS": "0.5",
         "RECONCILE_SCHEDULE": "0.2,0.3,0.5,0.5,1,1,2,2,2",
         "SWEEP_GRACE_SECONDS": "1",
