@@ -52,6 +52,17 @@ def apply_provider_event(provider: str, event_id: str) -> str:
         close_old_connections()
 
 
+def apply_person_decision(decision_id: int) -> str:
+    """A person's decision about a step, recorded by the web server: applied here."""
+    from agentops.decisions import decision_apply
+
+    close_old_connections()
+    try:
+        return decision_apply(decision_id=int(decision_id))
+    finally:
+        close_old_connections()
+
+
 def journal_retain() -> int:
     """The journal's retention: partitions made ahead, every range that may go dropped (and
     archived first to JOURNAL_ARCHIVE_DIR, when set); how many tasks went."""

@@ -25,6 +25,7 @@ import django_rq
 from django.conf import settings
 from django.db import transaction
 
+from agentops.decisions import decision_rung
 from agentops.kinds import (
     TaskRefused,
     kind_get,
@@ -35,7 +36,7 @@ from agentops.kinds import (
     tools_for,
 )
 from agentops.planners import planner_get
-from agentops.telemetry.steps import run_observed, settled_observed
+from agentops.telemetry.steps import run_observed
 from agentops.workers import RUN_JOB
 from journal import operator
 from journal.models import Task, TaskStatus
@@ -239,27 +240,33 @@ def steps_reconcile_now(*, step_ids: list[int], actor: str, reason: str = "") ->
 
 def step_resolve(
     *, step_id: int, actor: str, done: bool, evidence: str = "", reason: str = ""
-) -> None:
-    """A person settles an open step by hand (journal.operator.step_resolve); once committed,
-    the settlement is logged and counted like any other."""
+) -> int:
+    """A person settles an open step by hand (journal.operator.step_resolve): the decision is
+    recorded, and a worker rung to apply it once that is committed (agentops.decisions).
+    Returns the decision's id."""
     with transaction.atomic():
-        operator.step_resolve(
-            step_id=step_id, actor=actor, done=done, evidence=evidence, reason=reason
+        return decision_rung(
+            operator.step_resolve(
+                step_id=step_id, actor=actor, done=done, evidence=evidence, reason=reason
+            )
         )
-        settled_observed(step_id=step_id)
 
 
 def step_correct(*, step_id: int, actor: str, evidence: dict[str, Any], reason: str) -> int:
     """A person corrects a step settled not done that happened after all
-    (journal.operator.step_correct), with the tools of its task's kind; once committed, the
-    correction's settlement is logged and counted like any other. Returns its step number."""
+    (journal.operator.step_correct), with the tools of its task's kind: the decision is
+    recorded, and a worker rung to apply it. Returns the decision's id."""
     task = Task.objects.get(steps__pk=step_id)
     with transaction.atomic():
-        made = operator.step_correct(
-            step_id=step_id, actor=actor, evidence=evidence, reason=reason, tools=tools_for(task)
+        return decision_rung(
+            operator.step_correct(
+                step_id=step_id,
+                actor=actor,
+                evidence=evidence,
+                reason=reason,
+                tools=tools_for(task),
+            )
         )
-        settled_observed(step_id=made.pk)
-    return made.n
 
 
 def task_approve(

@@ -33,7 +33,11 @@ AUDIT_JOB = "agentops.jobs.audit_provider"
 RETENTION_JOB = "agentops.jobs.journal_retain"
 # A provider's notification, stored by the web server (agentops.provider_events).
 APPLY_EVENT_JOB = "agentops.jobs.apply_provider_event"
-JOBS = frozenset({RUN_JOB, DELIVER_JOB, AUDIT_JOB, RETENTION_JOB, APPLY_EVENT_JOB})
+# A person's decision about a step, recorded by the web server (agentops.decisions).
+APPLY_DECISION_JOB = "agentops.jobs.apply_person_decision"
+JOBS = frozenset(
+    {RUN_JOB, DELIVER_JOB, AUDIT_JOB, RETENTION_JOB, APPLY_EVENT_JOB, APPLY_DECISION_JOB}
+)
 
 # The ``manage.py`` arguments that start one worker: the default queue, the scheduler that
 # rings delayed doorbells, JSON jobs only.

@@ -16,7 +16,9 @@ check (``journal_hold``), settling (``journal_step_settle``), writing an entry.
   They start tasks, read, and record the decisions of people and programs (resume, cancel,
   approve, reject, compensate, have a step looked up now, settle by hand or correct a step
   that needs a person, leave a note), each checked by its function as a person's would be.
-  They cannot take a lease, record an effect or settle one as a provider's report.
+  They cannot take a lease, record an effect or settle one: a person's decision about what
+  happened to a step is recorded here and applied by a worker (``journal_decision_apply``),
+  which asks again whether it still may.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ MOVES: dict[str, frozenset[str]] = {
     "journal_step_conflict": frozenset({RUNNER}),
     "journal_step_noted": frozenset({RUNNER}),
     "journal_step_audited": frozenset({RUNNER}),
+    # A person's decision about a step, recorded by what faces the network, applied here.
+    "journal_decision_apply": frozenset({RUNNER}),
     # The journal's ranges (docs/design.md §17).
     "journal_partitions_ensure": frozenset({RUNNER}),
     "journal_partition_drop": frozenset({RUNNER}),

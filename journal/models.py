@@ -604,6 +604,54 @@ class Approval(models.Model):
         return f"approval of {self.tool} for {self.task_id} [{self.state}]"
 
 
+class DecisionAction(models.TextChoices):
+    RESOLVE = "resolve", "settle by hand"
+    """An open step of a task that needs a person, settled done (with the evidence they found)
+    or not done (with why)."""
+    CORRECT = "correct", "correct"
+    """A step settled not done that happened after all: a step of its own, done, with the
+    evidence they found."""
+
+
+class Decision(models.Model):
+    """A person's decision about what happened to a step, recorded by what faces the network
+    (``journal_step_resolve``, ``journal_step_correct``) and applied by a worker
+    (``journal_decision_apply``), which checks it again: the web server's role records
+    people's decisions but settles no step (docs/design.md §4). Deleted with its task's range
+    (``journal_partition_drop``)."""
+
+    task = models.ForeignKey(
+        Task, on_delete=models.DO_NOTHING, related_name="decisions", db_constraint=False
+    )
+    step = models.ForeignKey(
+        Step, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, db_index=False
+    )
+    action = models.CharField(max_length=10, choices=DecisionAction)
+    state = models.CharField(max_length=10, choices=StepState, help_text="What they found.")
+    evidence = models.JSONField(default=dict, blank=True)
+    label = models.CharField(max_length=200, blank=True, help_text="The evidence, in words.")
+    reason = models.TextField()
+    actor = models.CharField(max_length=200)
+    decided_at = models.DateTimeField(db_default=Now())
+    applied_at = models.DateTimeField(null=True, blank=True)
+    result = models.TextField(blank=True, help_text="What applying it did, in a sentence.")
+
+    class Meta:
+        db_table = "journal_decision"
+        ordering = ["decided_at"]
+        indexes = [
+            # The sweeper's question: what was decided and not applied yet.
+            models.Index(
+                fields=["decided_at"],
+                condition=Q(applied_at__isnull=True),
+                name="journal_decision_unapplied",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} of step {self.step_id} by {self.actor}"
+
+
 class Partition(models.Model):
     """One range of time of the journal: the tasks made in it, their steps and entries, each
     table's partition named ``journal_<table>_<name>`` (docs/design.md §17). Made ahead of

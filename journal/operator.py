@@ -137,14 +137,13 @@ def steps_reconcile_now(*, step_ids: list[int], actor: str, reason: str = "") ->
 
 def step_resolve(
     *, step_id: int, actor: str, done: bool, evidence: str = "", reason: str = ""
-) -> None:
-    """Settle by hand a step nobody can settle automatically: its task needs a person and the
-    step is still open. ``done`` with the evidence the person found at the provider (a charge
-    id, a message id), or not done with the reason. Recorded like any report (monotone: a
-    later contradicting report is a conflict), and as the person's action; a person's word is
-    not the provider's, so an undo settled so does not free its object. The task stays with
-    the person, who resumes it when ready."""
-    call(
+) -> int:
+    """Record a person's decision about a step nobody can settle automatically: its task
+    needs a person and the step is still open. ``done`` with the evidence the person found at
+    the provider (a charge id, a message id), or not done with the reason. A worker applies
+    it (:func:`decision_apply`): the step is settled as any report, as the person's word — an
+    undo settled so does not free its object. Returns the decision's id."""
+    decision: int = call(
         "journal_step_resolve",
         step=step_id,
         actor=actor,
@@ -152,6 +151,7 @@ def step_resolve(
         evidence=evidence,
         reason=reason,
     )
+    return decision
 
 
 def step_correct(
@@ -161,15 +161,15 @@ def step_correct(
     evidence: Mapping[str, Any],
     reason: str,
     tools: Mapping[str, Tool],
-) -> Step:
-    """A person corrects the journal about a step that was settled ``not_done`` but happened
+) -> int:
+    """Record a person's correction of a step that was settled ``not_done`` but happened
     after all, as a later report showed (a charge that landed after its step was settled by
-    hand and the task cancelled: a conflict). The correction is a step of its own: the same
-    tool and arguments, settled ``done`` with the evidence they give (every name the tool's
-    evidence declares), its decision naming the step it corrects; the guards count it from
-    then on. Refused, with nothing written, where :func:`correction_refusal` says so, when the
-    evidence is short, and when the guards refuse it (another effect on its object stands).
-    Returns the correction."""
+    hand and the task cancelled: a conflict). A worker applies it (:func:`decision_apply`):
+    a step of its own, the same tool and arguments, settled ``done`` with the evidence they
+    give (every name the tool's evidence declares), its decision naming the step it corrects;
+    the guards count it from then on. Refused, with nothing written, where
+    :func:`correction_refusal` says so, when the evidence is short, and when the guards would
+    refuse it (another effect on its object stands). Returns the decision's id."""
     step = Step.objects.only("tool").get(pk=step_id)
     tool = tools.get(step.tool)
     if tool is None:
@@ -181,7 +181,7 @@ def step_correct(
             f"give the evidence of the effect you found at the provider: "
             f"{', '.join(missing)} (a done {step.tool} carries {', '.join(tool.evidence)})"
         )
-    made = call(
+    decision: int = call(
         "journal_step_correct",
         step=step_id,
         actor=actor,
@@ -189,4 +189,12 @@ def step_correct(
         reason=reason,
         label=evidence_label(given),
     )
-    return Step.objects.get(pk=made)
+    return decision
+
+
+def decision_apply(*, decision_id: int) -> str:
+    """Apply a person's decision about a step (a worker's move), asking again whether it
+    still may: what it did, in a sentence ("settled done by hand", "corrected as step 3",
+    "not applied: ..."). A decision applied already is left alone."""
+    said: str = call("journal_decision_apply", decision=decision_id)
+    return said

@@ -8,29 +8,34 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('agentops', '0008_webhook_events_forget'),
+        ("agentops", "0008_webhook_events_forget"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='webhookevent',
-            name='applied_at',
-            field=models.DateTimeField(blank=True, help_text='When a worker verified and applied it.', null=True),
+            model_name="webhookevent",
+            name="applied_at",
+            field=models.DateTimeField(
+                blank=True, help_text="When a worker verified and applied it.", null=True
+            ),
         ),
         migrations.AddField(
-            model_name='webhookevent',
-            name='payload',
-            field=models.TextField(blank=True, help_text='The body as received, until applied.'),
+            model_name="webhookevent",
+            name="payload",
+            field=models.TextField(blank=True, help_text="The body as received, until applied."),
         ),
         migrations.AddField(
-            model_name='webhookevent',
-            name='signature',
+            model_name="webhookevent",
+            name="signature",
             field=models.CharField(blank=True, max_length=1000),
         ),
         migrations.AddIndex(
-            model_name='webhookevent',
-            index=models.Index(condition=models.Q(('applied_at__isnull', True)), fields=['received_at'], name='agentops_webhook_unapplied'),
+            model_name="webhookevent",
+            index=models.Index(
+                condition=models.Q(("applied_at__isnull", True)),
+                fields=["received_at"],
+                name="agentops_webhook_unapplied",
+            ),
         ),
     ]

@@ -30,7 +30,7 @@ from journal.record import step_record, task_create
 from journal.run import task_advance
 from journal.settle import step_mark_unknown, step_noted, step_settle
 from journal.status import task_flag
-from tests.agentops.workers import quiet_world
+from tests.agentops.workers import apply_decisions, quiet_world
 from tests.databases import flag
 from tests.journal.support import ChargeTool, Provider, ScriptedPlanner, charge, invoice
 
@@ -217,6 +217,8 @@ def test_a_step_nobody_can_settle_is_resolved_by_hand_with_its_evidence(redis: A
     missing = c.post(url, {"outcome": "done", "evidence": "", "reason": "seen in dashboard"})
     assert "Give the evidence you found" in missing.content.decode()
     c.post(url, {"outcome": "done", "evidence": "ch_found_1", "reason": "seen in dashboard"})
+    assert Step.objects.get(pk=step.pk).state == "unknown"  # decided: a worker applies it
+    assert apply_decisions(step.task_id) == ["settled done by hand"]
     settled = Step.objects.get(pk=step.pk)
     assert settled.state == "done" and settled.evidence["reference"] == "ch_found_1"
     # Not on a step that is settled, nor on a task that does not need a person.

@@ -21,13 +21,14 @@ from agentops.runner import task_start
 from agentops.tools import tool_registry
 from journal.leases import lease_acquire, lease_release
 from journal.models import Entry, EntryKind, Step, Task
-from journal.operator import step_resolve
+from journal.operator import decision_apply, step_resolve
 from journal.outcomes import Outcome
 from journal.protocols import Call
 from journal.record import step_record, task_create
 from journal.sagas import approval_request
 from journal.settle import step_settle
 from tests.agentops.test_operators import client_for, redis, unknown_step, user  # noqa: F401
+from tests.agentops.workers import apply_decisions
 from tests.databases import flag
 from tests.journal.support import invoice
 
@@ -69,7 +70,11 @@ def late_charge() -> Step:
     )
     lease_release(lease)
     flag(task.pk, "rounds_exhausted", "the charge timed out and the lookups found nothing")
-    step_resolve(step_id=step.pk, actor="ops", done=False, reason="nothing at the provider")
+    decision_apply(
+        decision_id=step_resolve(
+            step_id=step.pk, actor="ops", done=False, reason="nothing at the provider"
+        )
+    )
     evidence = {"payment_intent": "pi_late1", "charge": "ch_late1", "amount": 4900}
     step_settle(
         step_id=step.pk,
@@ -220,6 +225,7 @@ def test_a_conflicting_step_is_corrected_from_the_page_and_compensating_is_then_
         f"/tasks/{late.task_id}/steps/{late.n}/correct",
         {"evidence": '{"payment_intent": "pi_late1", "charge": "ch_late1"}', "reason": "it landed"},
     )
+    assert apply_decisions(late.task_id) == [f"corrected as step {late.n + 1}"]  # a worker's
     correction = Step.objects.get(task_id=late.task_id, n=late.n + 1)
     assert correction.state == "done" and correction.evidence["payment_intent"] == "pi_late1"
     page = c.get(f"/tasks/{late.task_id}").content.decode()

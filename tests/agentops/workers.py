@@ -107,3 +107,14 @@ def fleet(
     yield fleet
     fleet.stop()
     redis.flushdb()
+
+
+def apply_decisions(task_id: Any) -> list[str]:
+    """Apply every person's decision about the task that the web server recorded and no worker
+    has applied yet, in this process, as the worker rung for it would (agentops.decisions);
+    what each did."""
+    from agentops.decisions import decision_apply
+    from journal.models import Decision
+
+    pending = Decision.objects.filter(task_id=task_id, applied_at__isnull=True).order_by("pk")
+    return [decision_apply(decision_id=d) for d in pending.values_list("pk", flat=True)]

@@ -17,7 +17,7 @@ from agentops.runner import task_start
 from agentops.tools import tool_registry
 from journal.leases import lease_acquire, lease_release
 from journal.models import Step, Task
-from journal.operator import step_resolve
+from journal.operator import decision_apply, step_resolve
 from journal.protocols import Call
 from journal.record import step_record, task_create
 from tests.agentops.sandboxed import sandbox_settings
@@ -162,7 +162,11 @@ def test_a_late_charge_is_corrected_and_refunded_from_the_page_once(
         # still with them; then the charge the provider was still working on landed, and its
         # notification contradicts the journal. (Had the task been cancelled, it would have
         # ended: the correction would be recorded, and the refund made by hand.)
-        step_resolve(step_id=step.pk, actor="ops", done=False, reason="nothing at the provider")
+        decision_apply(
+            decision_id=step_resolve(
+                step_id=step.pk, actor="ops", done=False, reason="nothing at the provider"
+            )
+        )
         with override_settings(**tools):
             tool_registry()["charge_customer"].call(step.args, key=step.key)
         fleet.worker(STRIPE_WEBHOOK_SECRET=SECRET)  # it applies what the web server stores

@@ -18,6 +18,7 @@ from journal.operator import (
     cancel_refusal,
     compensate_refusal,
     correction_refusal,
+    decision_apply,
     saga_compensate,
     step_correct,
     step_resolve,
@@ -34,6 +35,19 @@ from tests.journal.support import ChargeTool, Provider, ScriptedPlanner, charge,
 from tests.journal.test_sagas import SagaRules, saga_task, world
 
 pytestmark = pytest.mark.usefixtures("committed")
+
+
+def resolve(**decided: Any) -> str:
+    """A person settles a step by hand: the decision recorded, then applied (a worker's part)."""
+    return decision_apply(decision_id=step_resolve(**decided))
+
+
+def correct(**decided: Any) -> Step:
+    """A person's correction, recorded, then applied (a worker's part): the correction."""
+    said = decision_apply(decision_id=step_correct(**decided))
+    assert said.startswith("corrected as step "), said
+    step = Step.objects.get(pk=decided["step_id"])
+    return Step.objects.get(task_id=step.task_id, n=int(said.removeprefix("corrected as step ")))
 
 
 def tools_of(provider: Provider, *, once: bool = True) -> dict[str, Any]:
@@ -55,7 +69,7 @@ def late_charge(
     step = step_record(lease=lease, decision=charge(task.refs["invoice"]), tools=tools)
     lease_release(lease)
     flag(task.pk, reason="the charge timed out and the lookups found nothing")
-    step_resolve(step_id=step.pk, actor="ops", done=False, reason="nothing at the provider")
+    resolve(step_id=step.pk, actor="ops", done=False, reason="nothing at the provider")
     if cancel:
         task_cancel(task_id=task.pk, actor="ops", reason="the customer gave up")
     landed = provider.apply(step.key, step.args)  # the charge that was late
@@ -121,7 +135,7 @@ def test_a_late_charge_is_corrected_and_refunded_by_the_same_keyed_undo() -> Non
     late = late_charge(provider, tools, cancel=False)
     landed = provider.find(late.key)
     assert landed is not None
-    correction = step_correct(
+    correction = correct(
         step_id=late.pk,
         actor="ada",
         evidence={"id": landed.id},
@@ -141,7 +155,9 @@ def test_a_late_charge_is_corrected_and_refunded_by_the_same_keyed_undo() -> Non
     action = Entry.objects.get(task=task, kind=EntryKind.OPERATOR_ACTION, data__action="correct")
     assert action.actor == "ada" and action.step_id == late.pk
     assert action.data["evidence"] == {"id": landed.id}
-    assert action.data["correction"] == correction.n
+    assert isinstance(action.data["decision"], int)  # recorded, then applied by a worker
+    recorded = Entry.objects.get(step=correction, kind=EntryKind.STEP_RECORDED)
+    assert recorded.data["correction_of"] == late.n and recorded.actor == "ada"
     assert action.data["reason"] == "the provider shows the charge"
     # Not a second time.
     with pytest.raises(TransitionRefused, match="corrected already"):
@@ -174,7 +190,7 @@ def test_a_late_charge_of_a_cancelled_task_is_recorded_and_the_task_stays_over()
     late = late_charge(provider, tools, inv)
     landed = provider.find(late.key)
     assert landed is not None
-    correction = step_correct(
+    correction = correct(
         step_id=late.pk, actor="ada", evidence={"id": landed.id}, reason="it landed", tools=tools
     )
     task = Task.objects.get(pk=late.task_id)
@@ -271,7 +287,7 @@ def test_cancel_and_compensate_say_why_not_with_the_services_own_sentence() -> N
         saga_compensate(task_id=task.pk, actor="ops", reason="undo")
     assert str(refused.value) == why
     # Once the charge is settled done, there is something to undo, and nothing stays open.
-    step_resolve(step_id=step.pk, actor="ops", done=True, evidence="eff_1", reason="seen")
+    resolve(step_id=step.pk, actor="ops", done=True, evidence="eff_1", reason="seen")
     assert compensate_refusal(task_id=task.pk) is None
     assert cancel_refusal(task_id=task.pk) is None  # not a saga: a person may stop it
     task_resume(task_id=task.pk, actor="ops", reason="go on")

@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
 from agentops.audit.services import audits_sweep
+from agentops.decisions import decisions_sweep
 from agentops.notifications.services import notifications_sweep
 from agentops.provider_events import provider_events_sweep
 from agentops.retention import retention_sweep
@@ -70,12 +71,14 @@ class Command(BaseCommand):
                     exc,
                     extra={"error": str(exc)},
                 )
-            # Providers' notifications stored and not applied yet (a lost ring, a failure).
+            # Providers' notifications and people's decisions recorded and not applied yet (a
+            # lost ring, a failure).
             try:
                 provider_events_sweep()
+                decisions_sweep()
             except Exception as exc:
                 log.warning(
-                    "provider events sweep failed: %s: %s",
+                    "provider events or decisions sweep failed: %s: %s",
                     type(exc).__name__,
                     exc,
                     extra={"error": str(exc)},
