@@ -142,7 +142,7 @@ def task_run(*, task_id: UUID) -> Advance:
     # The lease and what the runner is built from, in one statement.
     taken = task_take(task_id=task_id, owner=owner)
     if taken is None:
-        run_observed(task_id=task_id, stopped="busy", token=0, since=None)
+        run_observed(task_id=task_id, stopped="busy")
         log.info("task %s: busy", task_id, extra={**_task(task_id), "stopped": "busy"})
         return Advance("busy")
     task, lease = taken
@@ -160,7 +160,7 @@ def task_run(*, task_id: UUID) -> Advance:
             f"({type(exc).__name__}: {str(exc)[:300]}); fix the configuration, then resume it",
             lease=lease,
         )
-        run_observed(task_id=task_id, stopped=unbuilt.stopped, token=0, since=None)
+        run_observed(task_id=task_id, stopped=unbuilt.stopped)
         return unbuilt
     try:
         result = task_advance(
@@ -173,7 +173,7 @@ def task_run(*, task_id: UUID) -> Advance:
             lease=lease,
         )
     except DatabaseLost as lost:
-        run_observed(task_id=task_id, stopped="database_lost", token=0, since=None)
+        run_observed(task_id=task_id, stopped="database_lost", events=lost.events)
         if lost.released:
             # The lease is free again: ring now. The sweeper would too, but only once this
             # task's last ring is older than SWEEP_GRACE_SECONDS.
@@ -186,14 +186,9 @@ def task_run(*, task_id: UUID) -> Advance:
                     extra=_task(task_id),
                 )
         raise
-    # Everything the run wrote is committed: what it did to its steps is read back, logged
-    # one line a step, and counted (agentops/telemetry/steps.py).
-    run_observed(
-        task_id=task_id,
-        stopped=result.stopped,
-        token=result.lease_token,
-        since=result.lease_taken_at,
-    )
+    # Everything the run wrote is committed: what its moves said they did to its steps is
+    # logged, one line a thing, and counted (agentops/telemetry/steps.py).
+    run_observed(task_id=task_id, stopped=result.stopped, events=result.events)
     if result.stopped == "waiting":
         wake_at = Task.objects.filter(pk=task_id, status=TaskStatus.WAITING).values_list(
             "wake_at", flat=True

@@ -29,6 +29,7 @@ KEY_PREFIX = "ao"
 writes it; tests/journal/test_sql_files.py checks that the two agree), a compensation's, a
 notification's. It keeps our keys recognisable in a provider's dashboard and metadata."""
 
+
 def task_id_new(at: float | None = None) -> UUID:
     """A new task's id: a UUID version 7 (RFC 9562), whose first 48 bits are the Unix time in
     milliseconds (``at``, or now) and the rest random. Ids made later sort after those made

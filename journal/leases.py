@@ -26,6 +26,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 
 from journal.calls import call
+from journal.events import StepEvent, held_event
 
 
 class LeaseLost(Exception):
@@ -60,6 +61,10 @@ class Lease:
     held: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     """A settlement the holder has not written yet (journal_hold's p_settles): it goes with
     the holder's next move, in the same statement."""
+    held_as: StepEvent | None = field(default=None, compare=False, repr=False)
+    """What the settlement held back is, told once a move has written it."""
+    events: list[StepEvent] = field(default_factory=list, compare=False, repr=False)
+    """What the holder's moves did to steps, as they returned it (journal/events.py)."""
 
     def wrote(self, version_was: Any, version: Any) -> None:
         """A move of the holder's left the task at ``version``; before it, the task was at
@@ -78,10 +83,19 @@ def lease_seconds() -> float:
     return float(settings.JOURNAL_LEASE_SECONDS)
 
 
-def hold_back(lease: Lease, *, step_id: int, state: str, detail: str, outcome: Any,
-              entry: Any) -> None:
+def hold_back(
+    lease: Lease,
+    *,
+    step_id: int,
+    state: str,
+    detail: str,
+    outcome: Any,
+    entry: Any,
+    event: StepEvent,
+) -> None:
     """Keep the settlement of ``step_id`` (the attempt just made) on ``lease``, for the
-    holder's next move to write first (journal_hold's p_settles)."""
+    holder's next move to write first (journal_hold's p_settles); ``event`` tells it once
+    written."""
     if lease.held is not None:
         raise ValueError("a settlement is held back already: the move between was not made")
     lease.held = {
@@ -91,6 +105,17 @@ def hold_back(lease: Lease, *, step_id: int, state: str, detail: str, outcome: A
         "outcome": outcome,
         "entry": entry,
     }
+    lease.held_as = event
+
+
+def _carried(lease: Lease, settled: Any) -> None:
+    """A move carried the settlement held back, and it became ``settled``: note it, and
+    hold nothing any more."""
+    if lease.held_as is not None:
+        event = held_event(lease.held_as, settled)
+        if event is not None:
+            lease.events.append(event)
+    lease.held, lease.held_as = None, None
 
 
 def lease_call(lease: Lease, function: str, *, seconds: float | None = None, **kwargs: Any) -> Any:
@@ -112,9 +137,10 @@ def lease_call(lease: Lease, function: str, *, seconds: float | None = None, **k
     if held is not None:
         params["settles"] = json.dumps(held, cls=DjangoJSONEncoder)
     row = call(function, **params)
-    lease.held = None
     if row is None:
+        lease.held, lease.held_as = None, None
         raise LeaseLost.of(lease)
+    _carried(lease, row.get("settled") if isinstance(row, dict) else None)
     if isinstance(row, dict):
         lease.wrote(row.get("version_was"), row.get("task_version"))
         if row.get("settled") == "conflict":
@@ -162,12 +188,12 @@ def lease_release(lease: Lease, *, clean: bool = True) -> None:
     run ended as it should (finished, waiting, handed to a human): the failure count resets.
     A settlement held back is written first."""
     held = lease.held
-    call(
+    row = call(
         "journal_lease_release",
         task=lease.task_id,
         token=lease.token,
         clean=clean,
         settles=json.dumps(held, cls=DjangoJSONEncoder) if held is not None else None,
     )
-    lease.held = None
+    _carried(lease, row.settled if row is not None else None)
     lease.released = True

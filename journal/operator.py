@@ -107,9 +107,7 @@ def approval_approve(
 
 def approval_reject(*, task_id: UUID, approval_id: int, actor: str, reason: str) -> None:
     """A person rejects the held step: it never runs, and the saga compensates what it did."""
-    call(
-        "journal_approval_reject", task=task_id, approval=approval_id, actor=actor, reason=reason
-    )
+    call("journal_approval_reject", task=task_id, approval=approval_id, actor=actor, reason=reason)
 
 
 def saga_compensate(*, task_id: UUID, actor: str, reason: str) -> None:

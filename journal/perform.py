@@ -6,6 +6,7 @@ is committed. No transaction is open while a tool runs.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from django.db.models.functions import Now
 
 from journal.entries import note
+from journal.events import StepEvent, step_event
 from journal.leases import Lease
 from journal.models import Attention, EntryKind, Step
 from journal.outcomes import (
@@ -79,7 +81,9 @@ def step_perform(
     ``defer``: a settled outcome is held back on the lease and committed with the holder's
     next write (the runner's next record: one commit per step; journal.settle.step_settle)."""
     attempt = step.attempts
+    started = time.monotonic()
     observation = tool_call(tool, step.args, key=step.key)
+    seconds = time.monotonic() - started
     outcome = classify(observation, earlier_attempt=attempt > 1, evidence=tool.evidence)
     if step.cost == CostClass.READ and outcome.state == StepState.UNKNOWN:
         # A read has no effect to be unsure about. One that did not complete (a timeout, a
@@ -93,11 +97,29 @@ def step_perform(
     facts = _attempt_facts(attempt, observation, outcome)
     if outcome.state in SETTLED_STATES:
         # One entry says it all: the attempt ended so, and the step settled so.
+        settled = step_event(
+            "settled",
+            step,
+            state=outcome.state,
+            via="attempt",
+            attempt=attempt,
+            seconds=seconds,
+            maybe_unknown=attempt > 1 or step.lookups > 0,
+        )
         step_settle(
-            step_id=step.pk, outcome=outcome, via="attempt", lease=lease, attempt=facts, defer=defer
+            step_id=step.pk,
+            outcome=outcome,
+            via="attempt",
+            lease=lease,
+            attempt=facts,
+            defer=defer,
+            event=settled,
         )
         return outcome
     ended = _attempt_ended(facts)
+    told = [
+        step_event("attempt_ended", step, state=outcome.state, attempt=attempt, seconds=seconds)
+    ]
     if outcome.data.get("bug"):
         # The provider says the key was used with other arguments. Arguments are frozen, so
         # this is a bug of ours, and the first use may have acted: a person must look.
@@ -107,6 +129,7 @@ def step_perform(
             outcome=outcome,
             next_check_in=None,
             notes=[ended],
+            told=told,
             give_up=(
                 Attention.KEY_MISUSED,
                 f"step {step.key} ({step.tool}): {outcome.detail}; a person must check with the "
@@ -122,6 +145,7 @@ def step_perform(
             outcome=outcome,
             next_check_in=None,
             notes=[ended],
+            told=told,
             give_up=(
                 Attention.MISCONFIGURED,
                 f"step {step.key} ({step.tool}): {outcome.detail}. Fix the configuration, then "
@@ -129,7 +153,7 @@ def step_perform(
             ),
         )
     else:
-        _unknown(lease=lease, step=step, outcome=outcome, policy=policy, notes=[ended])
+        _unknown(lease=lease, step=step, outcome=outcome, policy=policy, notes=[ended], told=told)
     return outcome
 
 
@@ -140,6 +164,7 @@ def _unknown(
     outcome: Outcome,
     policy: Policy,
     notes: list[dict[str, Any]],
+    told: list[StepEvent],
     count_round: bool = False,
     give_up: tuple[Attention, str] | None = None,
 ) -> None:
@@ -157,6 +182,7 @@ def _unknown(
         outcome=outcome,
         next_check_in=delay,
         notes=notes,
+        told=told,
         give_up=give_up,
         count_round=count_round,
     )
@@ -164,6 +190,19 @@ def _unknown(
 
 def _lookup_notes(fact: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [] if fact is None else [note(EntryKind.LOOKUP, **fact)]
+
+
+# A lookup's finding as the lookup's note says it → what its event tells.
+LOOKUP_RESULTS = {"done": "done", "not_done": "not_done", "not_found": "not_found"}
+
+
+def _lookup_told(step: Step, fact: dict[str, Any] | None, *, state: str) -> list[StepEvent]:
+    """The lookup ``fact`` as an event (none if there was no lookup), leaving the step in
+    ``state``."""
+    if fact is None:
+        return []
+    result = LOOKUP_RESULTS.get(str(fact["result"]), "failed")
+    return [step_event("lookup", step, state=state, result=result)]
 
 
 def step_reconcile(
@@ -218,11 +257,18 @@ def step_reconcile(
             lease=lease,
             notes=_lookup_notes(lookup_fact),
             lookup=True,  # a reconciliation round, counted like one that did not settle it
+            told=_lookup_told(fresh, lookup_fact, state=found.state),
+            event=step_event("settled", fresh, state=found.state, via="lookup", maybe_unknown=True),
         )
         return StepState(found.state)
     if verdict.next == Next.RETRY:
         try:
-            step_attempt_start(lease=lease, step=fresh, lookup=lookup_fact)
+            step_attempt_start(
+                lease=lease,
+                step=fresh,
+                lookup=lookup_fact,
+                told=_lookup_told(fresh, lookup_fact, state=StepState.PENDING),
+            )
         except StepAlreadySettled:
             return StepState(Step.objects.values_list("state", flat=True).get(pk=fresh.pk))
         return StepState(step_perform(lease=lease, step=fresh, tool=tool, policy=policy).state)
@@ -242,6 +288,7 @@ def step_reconcile(
         outcome=outcome,
         policy=policy,
         notes=_lookup_notes(lookup_fact),
+        told=_lookup_told(fresh, lookup_fact, state=StepState.UNKNOWN),
         count_round=True,
         give_up=give_up,
     )

@@ -13,6 +13,7 @@ from uuid import UUID
 from django.db import IntegrityError, connection, transaction
 
 from journal.calls import NotUsable, Row, call
+from journal.events import step_event
 from journal.keys import UnsafeName, object_key, object_label, task_id_new, undo_key
 from journal.leases import Lease, TaskMoved, lease_call, settle_held
 from journal.models import (
@@ -45,6 +46,7 @@ from journal.sagas import ApprovalNotUsable
 from journal.summary import evidence_label
 
 TASK_CONSTRAINTS = (GUARD_CONSTRAINT, ONCE_CONSTRAINT, UNDO_CONSTRAINT)
+
 
 @dataclass(frozen=True)
 class Checked:
@@ -286,6 +288,7 @@ def step_record(
         decision=raw,
     )
     step.offsets_n = offsets  # type: ignore[attr-defined]
+    lease.events.append(step_event("recorded", step, attempt=1))
     return step
 
 
@@ -421,7 +424,7 @@ class _Refuser:
         )
         if row.step_id is None:
             raise not_recorded(self.lease)
-        return Step(
+        step = Step(
             pk=row.step_id,
             task_id=self.lease.task_id,
             n=row.step_n,
@@ -438,6 +441,8 @@ class _Refuser:
             outcome=outcome,
             decision=self.raw,
         )
+        self.lease.events.append(step_event("refused", step, code=str(code), detail=reason[:300]))
+        return step
 
 
 def task_finish(

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import InterfaceError, InternalError, OperationalError, connection
 
 from journal import moves
+from journal.events import StepEvent
 from journal.leases import (
     Lease,
     LeaseLost,
@@ -67,12 +68,9 @@ class Advance:
 
     stopped: str
     steps_performed: int = 0
-    lease_token: int = 0
-    """The token of the lease the run held (0: it held none). Every entry the run wrote was
-    written under it, at or after ``lease_taken_at`` and before the task's next lease was
-    taken: so what the run did can be read back from the journal once it has returned
-    (agentops' metrics and step logs do, after commit)."""
-    lease_taken_at: datetime | None = None
+    events: tuple[StepEvent, ...] = ()
+    """What the run did to steps, as its moves returned it, in order (journal/events.py):
+    agentops' step logs and metrics are made from these, with nothing read back."""
 
 
 class _Handover(Exception):
@@ -104,10 +102,14 @@ class DatabaseLost(Exception):
     lease was given back once the database answered again, so the task can be run again at
     once; if not, it expires by itself (JOURNAL_LEASE_SECONDS)."""
 
-    def __init__(self, task_id: UUID, *, released: bool) -> None:
+    def __init__(
+        self, task_id: UUID, *, released: bool, events: tuple[StepEvent, ...] = ()
+    ) -> None:
         given = "gave its lease back" if released else "could not give its lease back"
         super().__init__(f"task {task_id}: the run lost its database and {given}")
         self.task_id, self.released = task_id, released
+        self.events = events
+        """What the moves that returned before the database was lost did (committed)."""
 
 
 def task_take(*, task_id: UUID, owner: str) -> tuple[Task, Lease] | None:
@@ -147,7 +149,6 @@ def task_advance(
         lease = lease_acquire(task_id=task_id, owner=owner or f"runner-{uuid.uuid4()}")
     if lease is None:
         return Advance("busy")
-    taken_at = (lease.task or {}).get("lease_taken_at")  # the row is handed on to the view
     try:
         result = _run(lease=lease, planner=planner, tools=tools, policy=policy, rules=rules)
     except Exception as exc:
@@ -155,8 +156,8 @@ def task_advance(
             raise
         # Without this, the task would wait out its whole lease before anyone took it up.
         released = _give_back(lease, clean=False)
-        raise DatabaseLost(lease.task_id, released=released) from exc
-    return replace(result, lease_token=lease.token, lease_taken_at=taken_at)
+        raise DatabaseLost(lease.task_id, released=released, events=tuple(lease.events)) from exc
+    return replace(result, events=tuple(lease.events))
 
 
 def task_unbuildable(
@@ -213,7 +214,7 @@ def _run(
     except LeaseLost:
         # Taken over: a settlement held back is not ours to write any more; the new holder
         # finds the step pending and looks it up.
-        lease.held = None
+        lease.held, lease.held_as = None, None
         return Advance("busy")
     except _Handover as handover:
         return _hand_over(lease, handover.code, handover.reason)

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from journal.calls import call
+from journal.events import StepEvent, held_event, step_event
 from journal.leases import Lease, hold_back, lease_call
 from journal.models import Attention, Step
 from journal.outcomes import SETTLED_STATES, Outcome, StepState
@@ -28,12 +29,17 @@ class StepAlreadySettled(Exception):
 
 
 def step_attempt_start(
-    *, lease: Lease, step: Step, lookup: Mapping[str, Any] | None = None
+    *,
+    lease: Lease,
+    step: Step,
+    lookup: Mapping[str, Any] | None = None,
+    told: Sequence[StepEvent] = (),
 ) -> int:
     """Commit the start of another attempt of ``step`` (same key, same arguments).
 
     This is one reconciliation round of the step. ``lookup``, when given, is the lookup
-    that preceded this retry, noted in the same commit. Returns the attempt's number.
+    that preceded this retry, noted in the same commit (``told`` tells it, on the lease's
+    events). Returns the attempt's number.
     """
     row = lease_call(
         lease,
@@ -46,6 +52,8 @@ def step_attempt_start(
     step.attempts = int(row.attempt)
     step.lookups += 1
     step.state = StepState.PENDING
+    lease.events.extend(told)
+    lease.events.append(step_event("attempt_started", step, attempt=step.attempts))
     return step.attempts
 
 
@@ -60,6 +68,8 @@ def step_settle(
     attempt: Mapping[str, Any] | None = None,
     lookup: bool = False,
     defer: bool = False,
+    event: StepEvent | None = None,
+    told: Sequence[StepEvent] = (),
 ) -> bool:
     """Settle a step ``done`` or ``not_done`` by what a provider said. Returns whether this
     call changed it.
@@ -77,14 +87,20 @@ def step_settle(
     lease instead (journal.leases.hold_back): the holder's next move writes it first, in the
     same statement. True is returned, as the step is the runner's to settle (a report that
     beat it is a conflict or a repeat, found when it is written).
+
+    Under a lease, ``event`` is the settlement as the runner tells it and ``told`` what the
+    notes written with it tell: they go on the lease's events once written (an attempt that
+    found its step settled already only as the attempt that ended).
     """
     if outcome.state not in SETTLED_STATES:
         raise ValueError(f"step_settle takes done or not_done, not {outcome.state}")
     data = {"state": outcome.state, "via": via, "detail": outcome.detail, **dict(outcome.data)}
     entry = {**data, **dict(attempt or {})}
     if defer:
-        if lease is None or notes or via != "attempt" or lookup or actor:
-            raise ValueError("only the runner's own attempt is settled later, under its lease")
+        if lease is None or notes or via != "attempt" or lookup or actor or event is None:
+            raise ValueError(
+                "only the runner's own attempt is settled later, under its lease, told by its event"
+            )
         hold_back(
             lease,
             step_id=step_id,
@@ -92,6 +108,7 @@ def step_settle(
             detail=outcome.detail,
             outcome=dict(outcome.data),
             entry=entry,
+            event=event,
         )
         return True
     params: dict[str, Any] = {
@@ -107,6 +124,12 @@ def step_settle(
     }
     if lease is not None:
         row = lease_call(lease, "journal_settle", **params)
+        lease.events.extend(told)
+        if event is not None:
+            settled = "settled" if row.changed else "repeat" if via == "attempt" else None
+            noted = held_event(event, settled)
+            if noted is not None:
+                lease.events.append(noted)
     else:
         row = call("journal_settle", **params)
         if row is None:
@@ -151,12 +174,14 @@ def step_mark_unknown(
     notes: Sequence[Mapping[str, Any]] = (),
     give_up: tuple[Attention, str] | None = None,
     count_round: bool = False,
+    told: Sequence[StepEvent] = (),
 ) -> None:
     """Record that ``step`` may have happened, and what is being done to find out.
 
     With ``next_check_in`` the step is looked up again after that many seconds and the
     task waits until then; with ``None`` nothing more can be done automatically and the
-    task needs a human (``give_up`` says why, as a code and a sentence).
+    task needs a human (``give_up`` says why, as a code and a sentence). ``told`` is what
+    ``notes`` tell (journal/events.py); the step's being unknown is told after them.
     """
     if outcome.state != StepState.UNKNOWN:
         raise ValueError("step_mark_unknown takes an unknown outcome")
@@ -175,6 +200,12 @@ def step_mark_unknown(
         count_round=count_round,
         notes=[dict(n) for n in notes] or None,
     )
+    lease.events.extend(told)
     if row.changed:
         step.state = StepState.UNKNOWN
         step.lookups += 1 if count_round else 0
+        lease.events.append(
+            step_event(
+                "unknown", step, detail=outcome.detail[:300], first_unknown=row.first_unknown
+            )
+        )

@@ -3,8 +3,8 @@
 
 - ``instruments``: the counters and histograms every process records into, and the
   workers' and sweeper's heartbeat (multiprocess mode: ``PROMETHEUS_MULTIPROC_DIR``);
-- ``steps``: what happened to steps, read back from the journal after commit — one log line
-  each (with the task id, step key, tool and state) and the counters;
+- ``steps``: what happened to steps, as the journal's moves returned it once committed —
+  one log line each (with the task id, step key, tool and state) and the counters;
 - ``collector``: the gauges, computed from PostgreSQL and Redis at scrape time;
 - ``exposition``: ``/metrics``, for an allowed address or a token with ``metrics:read``.
 

@@ -49,8 +49,13 @@ RETIRED = (
 
 # Functions whose signature or result changed: CREATE OR REPLACE cannot change those, so
 # every signature of them goes first.
-CHANGED = ("journal_transition", "journal_record", "journal_settle", "journal_finish",
-           "journal_task_create")
+CHANGED = (
+    "journal_transition",
+    "journal_record",
+    "journal_settle",
+    "journal_finish",
+    "journal_task_create",
+)
 DROP_CHANGED = f"""
 DO $$
 DECLARE
