@@ -25,7 +25,7 @@ register()(intent_checks)
 
 @register()
 def lease_outlasts_tool_calls(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    from agentops.tools import tool_registry
+    from agentops.kinds import tool_registry
 
     lease = float(settings.JOURNAL_LEASE_SECONDS)
     errors: list[CheckMessage] = []
@@ -94,8 +94,8 @@ def the_runner_can_be_built(app_configs: Any = None, **kwargs: Any) -> list[Chec
     """Every worker builds the tools and the planner for each run. If they cannot be built
     (an unknown PLANNER, a missing key, an import that fails), every task would be handed to
     a person the moment it ran: refused here, at start-up, instead."""
+    from agentops.kinds import tool_registry
     from agentops.planners import planner_get
-    from agentops.tools import tool_registry
 
     try:
         tools = tool_registry()

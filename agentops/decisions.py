@@ -25,26 +25,12 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 
+from agentops.doorbell import decision_ring
 from agentops.telemetry.steps import settled_observed
-from agentops.workers import APPLY_DECISION_JOB
 from journal import operator
 from journal.models import Decision, Step
 
 log = logging.getLogger(__name__)
-
-
-def decision_ring(*, decision_id: int) -> None:
-    """Have a worker apply the decision. Losing this loses nothing (the sweeper)."""
-    from agentops.runner import run_queue
-
-    run_queue().enqueue(
-        APPLY_DECISION_JOB,
-        decision_id,
-        job_timeout=settings.RUN_JOB_TIMEOUT_SECONDS,
-        result_ttl=0,
-        failure_ttl=7 * 24 * 3600,
-        description=f"apply a person's decision {decision_id}",
-    )
 
 
 def decision_rung(decision_id: int) -> int:

@@ -1,5 +1,6 @@
-"""A task's kind as the harness uses it: the kinds the installed apps declare
-(``agentops.effects``), the door a task comes in by, and the tools and rules of its runs."""
+"""A task's kind as the harness uses it: the kinds and tools the installed apps declare
+(``agentops.effects``), and the tools, rules and planner of a task's runs (in the chaos run
+only, its tools wrapped)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
 
 from agentops.effects import (
     Kind,
@@ -17,11 +21,10 @@ from agentops.effects import (
     UnknownKind,
     kind_get,
     kinds,
-    plan_problems,
     task_problems,
+    tools,
 )
 from agentops.effects._kind import REQUIRED
-from agentops.tools import tool_registry, tools_wrapped
 from journal.models import Task
 from journal.protocols import Call, Decision, Planner, TaskFacts
 
@@ -34,17 +37,27 @@ __all__ = [
     "UnknownKind",
     "kind_get",
     "kinds",
-    "plan_problems_of",
     "planner_bound",
     "rules_for",
     "task_problems",
+    "tool_registry",
     "tools_for",
+    "tools_wrapped",
 ]
 
 
-def plan_problems_of(*, kind: Kind, plan: Any) -> list[str]:
-    """What is wrong with a saga's plan, judged with the declared tools."""
-    return plan_problems(kind=kind, plan=plan, tools=tool_registry())
+def tool_registry() -> dict[str, Tool]:
+    """Every declared tool, made fresh, so settings changed since (e.g. in tests) count."""
+    return tools()
+
+
+def tools_wrapped(chosen: dict[str, Tool]) -> dict[str, Tool]:
+    """``chosen`` tools through each wrapper ``TOOL_WRAPPERS`` names, in order: a dotted path to a
+    callable that takes the tools by name and returns them, some wrapped. None in
+    production; the chaos run arms a worker with one that kills it at a call."""
+    for path in settings.TOOL_WRAPPERS:
+        chosen = import_string(path)(chosen)
+    return chosen
 
 
 def tools_for(task: Task) -> dict[str, Tool]:

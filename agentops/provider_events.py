@@ -4,9 +4,9 @@ applied by a worker (docs/design.md §4, "A role for each kind of process").
 The web server's database role may store an event but settle no step: settling is the
 workers'. So a notification arrives in two moves:
 
-1. **received** (the web server, :func:`provider_event_store`): the body and its signature
-   stored once by the event's id, exactly as received, and a worker rung for it once that
-   is committed. A provider that delivers again is answered "duplicate";
+1. **received** (the web server, ``agentops.effects.store_provider_event``): the body and
+   its signature stored once by the event's id, exactly as received, and a worker rung for
+   it once that is committed. A provider that delivers again is answered "duplicate";
 2. **applied** (a worker, :func:`provider_event_apply`, the job ``apply_provider_event``):
    the app that serves the provider's webhook verifies the signature with the provider's
    secret, from the body as stored, and applies what it reports
@@ -25,52 +25,14 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
 from django.db.models.functions import Now
 
+from agentops.doorbell import provider_event_ring
 from agentops.effects._registry import registry
 from agentops.models import WebhookEvent
 from agentops.telemetry.steps import event_observed
-from agentops.workers import APPLY_EVENT_JOB
 
 log = logging.getLogger(__name__)
-
-
-def provider_event_store(
-    *, provider: str, event_id: str, type: str, payload: str, signature: str
-) -> bool:
-    """Store the notification as received, once by its id, and ring for a worker to apply
-    it once this is committed. Returns whether it was new (False: a delivery again)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO agentops_webhookevent
-                (id, provider, type, facts, received_at, result, payload, signature)
-            VALUES (%s, %s, %s, '{}'::jsonb, now(), '', %s, %s)
-            ON CONFLICT (id) DO NOTHING
-            RETURNING id
-            """,
-            [event_id, provider, type[:100], payload, signature[:1000]],
-        )
-        stored = cursor.fetchone() is not None
-    if stored:
-        transaction.on_commit(lambda: provider_event_ring(provider=provider, event_id=event_id))
-    return stored
-
-
-def provider_event_ring(*, provider: str, event_id: str) -> None:
-    """Have a worker apply the stored event. Losing this loses nothing (the sweeper)."""
-    from agentops.runner import run_queue
-
-    run_queue().enqueue(
-        APPLY_EVENT_JOB,
-        provider,
-        event_id,
-        job_timeout=settings.RUN_JOB_TIMEOUT_SECONDS,
-        result_ttl=0,
-        failure_ttl=7 * 24 * 3600,
-        description=f"apply {provider} event {event_id}",
-    )
 
 
 def provider_event_apply(*, provider: str, event_id: str) -> str:

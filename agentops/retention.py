@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from agentops.runner import run_queue
+from agentops.doorbell import run_queue
 from agentops.workers import RETENTION_JOB
 from journal.models import Partition
 from journal.retention import RetentionReport, partition_rows, retention_run

@@ -1,6 +1,7 @@
-"""Running tasks on RQ workers. Postgres is the truth; Redis is only a doorbell.
+"""Running tasks on RQ workers. Postgres is the truth; Redis is only a doorbell
+(agentops/doorbell.py: a task is started by ``agentops.effects.task_start``, which rings for
+it once committed).
 
-- ``task_start`` records a task and rings for it after commit.
 - ``task_run`` is what a worker job does: advance the task under its lease (journal),
   then, if it waits on an unknown step, ring again at the step's lookup time (RQ's
   scheduler, ``rqworker --with-scheduler``).
@@ -16,108 +17,22 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from datetime import datetime
-from functools import partial
-from typing import Any
 from uuid import UUID
 
-import django_rq
 from django.conf import settings
-from django.db import transaction
 
-from agentops.decisions import decision_rung
-from agentops.kinds import (
-    TaskRefused,
-    kind_get,
-    plan_problems_of,
-    planner_bound,
-    rules_for,
-    task_problems,
-    tools_for,
-)
+from agentops.doorbell import RANG_KEY, run_queue, task_ring
+from agentops.kinds import kind_get, planner_bound, rules_for, tools_for
 from agentops.planners import planner_get
 from agentops.telemetry.steps import run_observed
-from agentops.workers import RUN_JOB
-from journal import operator
 from journal.models import Task, TaskStatus
 from journal.policy import Policy
-from journal.record import task_create
 from journal.run import Advance, DatabaseLost, task_advance, task_take, task_unbuildable
 from journal.selectors import task_list_runnable
 
 log = logging.getLogger(__name__)
 
-RANG_KEY = "agentops:rang:{}"
 SWEPT_KEY = "agentops:swept:{}"
-
-
-def task_start(
-    *,
-    kind: str,
-    goal: str,
-    refs: dict[str, Any] | None = None,
-    actor: str = "",
-    plan: list[dict[str, Any]] | None = None,
-) -> Task:
-    """Record a task, then ring for a worker once the record is committed (one statement:
-    journal_task_create).
-
-    Refuses (:class:`TaskRefused`, nothing recorded) an unknown kind, and a goal or refs that
-    the kind does not accept: a task whose refs lack an amount would otherwise fail on every
-    run, and one whose receipt address is not an address would charge before it failed.
-    """
-    task_kind = kind_get(kind)
-    problems = task_problems(kind=task_kind, goal=goal, refs=refs or {})
-    if plan is not None or task_kind.saga is not None:
-        plan = plan if plan is not None else task_kind.saga.default_plan()  # type: ignore[union-attr]
-        problems += plan_problems_of(kind=task_kind, plan=plan)
-    if problems:
-        raise TaskRefused(problems)
-    # One statement, committed by itself (one round trip), unless a caller's transaction holds
-    # it: the ring goes once it is committed, now or when that transaction commits.
-    task = task_create(kind=kind, goal=goal, refs=refs or {}, actor=actor, plan=plan or [])
-    task_id = task.pk
-    transaction.on_commit(lambda: task_ring(task_id=task_id))
-    return task
-
-
-_queues: dict[int, Any] = {}
-
-
-def run_queue() -> Any:
-    """The queue runs are rung on, one per process with its connection pool kept: django_rq
-    makes a new client, pool and connection on every call (and redis-py reads its own
-    package metadata for each new connection: milliseconds per ring). A pool reconnects by
-    itself after Redis restarts; a forked child makes its own."""
-    queue = _queues.get(os.getpid())
-    if queue is None:
-        queue = _queues[os.getpid()] = django_rq.get_queue("default")
-    return queue
-
-
-def task_ring(*, task_id: UUID, at: datetime | None = None, quiet: float | None = None) -> None:
-    """Enqueue a run of the task, now or at ``at``. Losing this loses nothing (the sweeper).
-
-    The sweeper leaves the task alone for ``quiet`` seconds (SWEEP_GRACE_SECONDS)."""
-    queue = run_queue()
-    options: dict[str, Any] = {
-        "job_timeout": settings.RUN_JOB_TIMEOUT_SECONDS,
-        # A run's result is in the journal: RQ keeps none (a failure, for a week).
-        "result_ttl": 0,
-        "failure_ttl": 7 * 24 * 3600,
-        "description": f"run task {task_id}",
-    }
-    rang = RANG_KEY.format(task_id)
-    quiet_ms = max(1, round(1000 * (settings.SWEEP_GRACE_SECONDS if quiet is None else quiet)))
-    if at is None:
-        # The job and the note that it was rung for, in one round trip.
-        with queue.connection.pipeline() as pipe:
-            queue.enqueue(RUN_JOB, str(task_id), pipeline=pipe, **options)
-            pipe.set(rang, "1", px=quiet_ms)
-            pipe.execute()
-    else:
-        queue.enqueue_at(at, RUN_JOB, str(task_id), **options)
-        queue.connection.set(rang, "1", px=quiet_ms)
 
 
 def task_policy(task: Task) -> Policy:
@@ -208,90 +123,6 @@ def task_run(*, task_id: UUID) -> Advance:
 def _task(task_id: UUID) -> dict[str, str]:
     """The ``extra`` of a line about a task: its id, as every line about its steps has it."""
     return {"task_id": str(task_id)}
-
-
-def task_resume(*, task_id: UUID, actor: str, reason: str) -> TaskStatus:
-    """A person lets a task that needs a human go on (journal.operator); if it can advance,
-    it is rung for. Returns its status now."""
-    with transaction.atomic():
-        status = operator.task_resume(task_id=task_id, actor=actor, reason=reason)
-        if status == TaskStatus.RUNNABLE:
-            transaction.on_commit(lambda: task_ring(task_id=task_id))
-    return status
-
-
-def task_cancel(*, task_id: UUID, actor: str, reason: str) -> None:
-    """A person stops a task that needs a human (journal.operator)."""
-    operator.task_cancel(task_id=task_id, actor=actor, reason=reason)
-
-
-def steps_reconcile_now(*, step_ids: list[int], actor: str, reason: str = "") -> None:
-    """A person has these open steps looked up now (journal.operator); their tasks are rung."""
-    with transaction.atomic():
-        woken = operator.steps_reconcile_now(step_ids=step_ids, actor=actor, reason=reason)
-        for task_id in woken:
-            transaction.on_commit(partial(task_ring, task_id=task_id))
-
-
-def step_resolve(
-    *, step_id: int, actor: str, done: bool, evidence: str = "", reason: str = ""
-) -> int:
-    """A person settles an open step by hand (journal.operator.step_resolve): the decision is
-    recorded, and a worker rung to apply it once that is committed (agentops.decisions).
-    Returns the decision's id."""
-    with transaction.atomic():
-        return decision_rung(
-            operator.step_resolve(
-                step_id=step_id, actor=actor, done=done, evidence=evidence, reason=reason
-            )
-        )
-
-
-def step_correct(*, step_id: int, actor: str, evidence: dict[str, Any], reason: str) -> int:
-    """A person corrects a step settled not done that happened after all
-    (journal.operator.step_correct), with the tools of its task's kind: the decision is
-    recorded, and a worker rung to apply it. Returns the decision's id."""
-    task = Task.objects.get(steps__pk=step_id)
-    with transaction.atomic():
-        return decision_rung(
-            operator.step_correct(
-                step_id=step_id,
-                actor=actor,
-                evidence=evidence,
-                reason=reason,
-                tools=tools_for(task),
-            )
-        )
-
-
-def task_approve(
-    *, task_id: UUID, approval_id: int, digest: str, actor: str, reason: str = ""
-) -> bool:
-    """A person approves a held saga step (journal.operator.approval_approve), with an
-    optional reason; the task is rung for either way (approved: it goes on; expired: it asks
-    again)."""
-    with transaction.atomic():
-        approved = operator.approval_approve(
-            task_id=task_id, approval_id=approval_id, digest=digest, actor=actor, reason=reason
-        )
-        transaction.on_commit(lambda: task_ring(task_id=task_id))
-    return approved
-
-
-def task_reject(*, task_id: UUID, approval_id: int, actor: str, reason: str) -> None:
-    """A person rejects a held saga step: the saga compensates what it did."""
-    with transaction.atomic():
-        operator.approval_reject(
-            task_id=task_id, approval_id=approval_id, actor=actor, reason=reason
-        )
-        transaction.on_commit(lambda: task_ring(task_id=task_id))
-
-
-def task_compensate(*, task_id: UUID, actor: str, reason: str) -> None:
-    """A person has a saga compensate now."""
-    with transaction.atomic():
-        operator.saga_compensate(task_id=task_id, actor=actor, reason=reason)
-        transaction.on_commit(lambda: task_ring(task_id=task_id))
 
 
 def tasks_sweep() -> int:

@@ -23,7 +23,7 @@ from rq.worker import SimpleWorker, WorkerStatus
 from agentops.telemetry import instruments
 
 # Every function a worker may run, by the dotted name RQ stores. Add new jobs here.
-# The job every ring enqueues (agentops.runner.task_ring): a task's run.
+# The job every ring enqueues (agentops.doorbell.task_ring): a task's run.
 RUN_JOB = "agentops.jobs.run_task"
 # A notification's attempt (agentops.notifications.services.delivery_ring).
 DELIVER_JOB = "agentops.jobs.deliver_notification"

@@ -6,8 +6,9 @@ Built on django-ninja rather than Django REST framework: one small dependency on
 classes; the request and response schemas *are* the type hints of function views (no
 serializer classes to keep in step with them), and the OpenAPI schema is generated from
 them (``/api/v1/openapi.json``). It is a door like the operators' pages: views parse, call
-one service, and answer; the services are the pages' own (``agentops.runner``), so the API
-can do nothing a page cannot, and everything it does is journaled as ``api:<client>``.
+one service, and answer; the services are the pages' own (``agentops.operators.services``,
+``agentops.effects.task_start``), so the API can do nothing a page cannot, and everything
+it does is journaled as ``api:<client>``.
 
 - ``auth``: client tokens (Bearer; never a session cookie), scopes, the rate limit;
 - ``idempotency``: the ``Idempotency-Key`` header, stored per client and key in PostgreSQL;

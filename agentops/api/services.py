@@ -9,9 +9,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from agentops.kinds import REQUIRED, Ref, UnknownKind, kind_get, task_problems
-from agentops.runner import task_start
-from agentops.tools import tool_registry
+from agentops.effects import task_start
+from agentops.kinds import REQUIRED, Ref, UnknownKind, kind_get, task_problems, tool_registry
 from journal.keys import UnsafeName, object_key
 from journal.models import Step, StepKind, Task
 from journal.outcomes import StepState
@@ -111,7 +110,7 @@ def once_effect_done(*, kind: str, goal: Any, refs: Any, plan: Any = None) -> Al
 def task_start_unless_done(
     *, kind: str, goal: Any, refs: Any, plan: Any, actor: str
 ) -> Task | AlreadyDone:
-    """Start a task (``agentops.runner.task_start``: refused with every problem named, or
+    """Start a task (``agentops.effects.task_start``: refused with every problem named, or
     recorded and rung for) — unless the effect it is for already stands done
     (:func:`once_effect_done`), which is answered instead and nothing is started."""
     done = once_effect_done(kind=kind, goal=goal, refs=refs, plan=plan)

@@ -39,7 +39,7 @@ from agentops.api.schemas import (
 from agentops.api.services import AlreadyDone, task_start_unless_done
 from agentops.kinds import TaskRefused, UnknownKind
 from agentops.models import ApiClient, ApiScope
-from agentops.runner import (
+from agentops.operators.services import (
     steps_reconcile_now,
     task_approve,
     task_cancel,

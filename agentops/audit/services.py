@@ -37,8 +37,8 @@ from django.utils import timezone
 
 from agentops.audit.matching import Found, StepSide, match
 from agentops.audit.models import AuditRun, AuditTrigger, Finding, ProviderWatch
+from agentops.doorbell import run_queue
 from agentops.effects import Audit, ProviderEffect, audits
-from agentops.runner import run_queue
 from agentops.workers import AUDIT_JOB
 from journal.calls import call
 from journal.entries import task_note

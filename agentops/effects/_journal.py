@@ -1,7 +1,11 @@
-"""What an app's own pages and provider notifications may use of the journal: read tasks and
-steps, settle a step from a provider's report (monotone; a contradiction is a conflict),
-note what arrived, leave a note on a task's history, start a task. The rest of the journal
-is agentops' own."""
+"""What an app's own pages and provider notifications may use of the journal: start a task,
+read tasks and steps, store a provider's notification for a worker to apply, settle a step
+from a provider's report (monotone; a contradiction is a conflict), note what arrived, leave
+a note on a task's history. The rest of the journal is agentops' own.
+
+This is the extension API's layer: it rings for workers (agentops/doorbell.py) and imports
+none of agentops' services (the runner, the people's decisions, the pages, the HTTP API);
+they build on it."""
 
 from __future__ import annotations
 
@@ -9,6 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
+from django.db import connection, transaction
+
+from agentops.doorbell import provider_event_ring
+from agentops.doorbell import task_ring as _task_ring
+from agentops.effects._kind import TaskRefused, plan_problems, task_problems
+from agentops.effects._registry import kind_get, tools
 from agentops.models import WebhookEvent as ProviderEvent
 from agentops.telemetry.steps import event_observed, report_observed
 from journal.entries import note, task_note
@@ -16,6 +26,7 @@ from journal.keys import UnsafeName, object_key, same_object
 from journal.models import EntryKind, Step, Task
 from journal.outcomes import LIVE_STATES, Outcome, StepState
 from journal.protocols import GUARD_REFUSALS, Refusal
+from journal.record import task_create
 from journal.selectors import step_by_key
 from journal.settle import step_conflict as _step_conflict
 from journal.settle import step_noted
@@ -68,28 +79,64 @@ def provider_event_observed(*, provider: str, outcome: str) -> None:
 def store_provider_event(
     *, provider: str, event_id: str, type: str, payload: str, signature: str
 ) -> bool:
-    """Store a provider's notification as received (the web server's move: it settles
-    nothing), for a worker to verify and apply with the app's ``register_event_applier``.
-    Returns whether it was new. See agentops/provider_events.py."""
-    from agentops.provider_events import provider_event_store
+    """Store a provider's notification as received, once by its id (the web server's move:
+    it settles nothing), and ring for a worker to verify and apply it with the app's
+    ``register_event_applier`` once this is committed (agentops/provider_events.py).
+    ``payload`` and ``signature`` are kept exactly as they arrived, so that the worker checks
+    the provider's signature itself. Returns whether it was new (False: a delivery again)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO agentops_webhookevent
+                (id, provider, type, facts, received_at, result, payload, signature)
+            VALUES (%s, %s, %s, '{}'::jsonb, now(), '', %s, %s)
+            ON CONFLICT (id) DO NOTHING
+            RETURNING id
+            """,
+            [event_id, provider, type[:100], payload, signature[:1000]],
+        )
+        stored = cursor.fetchone() is not None
+    if stored:
+        transaction.on_commit(lambda: provider_event_ring(provider=provider, event_id=event_id))
+    return stored
 
-    return provider_event_store(
-        provider=provider, event_id=event_id, type=type, payload=payload, signature=signature
-    )
 
+def task_start(
+    *,
+    kind: str,
+    goal: str,
+    refs: dict[str, Any] | None = None,
+    actor: str = "",
+    plan: list[dict[str, Any]] | None = None,
+) -> Task:
+    """Record a task, then ring for a worker once the record is committed (one statement:
+    journal_task_create).
 
-def task_start(**kwargs: Any) -> Task:
-    """Start a task (``kind``, ``goal``, ``refs``, ``actor``, ``plan``): agentops.runner's."""
-    from agentops.runner import task_start as start
-
-    return start(**kwargs)
+    Refuses (:class:`TaskRefused`, nothing recorded) an unknown kind (``UnknownKind``), and a
+    goal or refs that the kind does not accept: a task whose refs lack an amount would
+    otherwise fail on every run, and one whose receipt address is not an address would
+    charge before it failed. A saga's ``plan`` (its kind's default when not given) is
+    checked against the declared tools.
+    """
+    task_kind = kind_get(kind)
+    problems = task_problems(kind=task_kind, goal=goal, refs=refs or {})
+    if plan is not None or task_kind.saga is not None:
+        plan = plan if plan is not None else task_kind.saga.default_plan()  # type: ignore[union-attr]
+        problems += plan_problems(kind=task_kind, plan=plan, tools=tools())
+    if problems:
+        raise TaskRefused(problems)
+    # One statement, committed by itself (one round trip), unless a caller's transaction holds
+    # it: the ring goes once it is committed, now or when that transaction commits.
+    task = task_create(kind=kind, goal=goal, refs=refs or {}, actor=actor, plan=plan or [])
+    task_id = task.pk
+    transaction.on_commit(lambda: _task_ring(task_id=task_id))
+    return task
 
 
 def task_ring(*, task_id: UUID) -> None:
-    """Have a worker advance the task now (a settled step woke it)."""
-    from agentops.runner import task_ring as ring
-
-    ring(task_id=task_id)
+    """Have a worker advance the task now (a settled step woke it). Losing this loses
+    nothing: the sweeper finds a runnable task nobody holds."""
+    _task_ring(task_id=task_id)
 
 
 __all__ = [

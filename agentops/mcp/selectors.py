@@ -16,8 +16,8 @@ from uuid import UUID
 from django.db.models import Q
 
 from agentops.api.selectors import tasks_by_ref
+from agentops.kinds import tool_registry
 from agentops.models import ApiClient, IntentClientKey, IntentKey
-from agentops.tools import tool_registry
 from journal.keys import KEY_PREFIX, UnsafeName, object_key
 from journal.models import Entry, EntryKind, Step, StepKind, Task, TaskStatus
 from journal.outcomes import StepState

@@ -23,9 +23,9 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
 from agentops.effects import IntentRefused, RecordMissing, RecordUnreadable, intents
+from agentops.kinds import tool_registry
 from agentops.mcp import selectors, services, wire
 from agentops.models import ApiClient, ApiScope
-from agentops.tools import tool_registry
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)

@@ -41,12 +41,11 @@ from agentops.effects import (
     RecordUnreadable,
     intent_get,
     schema_problems,
+    task_start,
 )
-from agentops.kinds import TaskRefused
+from agentops.kinds import TaskRefused, tool_registry
 from agentops.mcp.selectors import Answer, intent_answer, standing_effect, task_acted_on
 from agentops.models import ApiClient, IntentClientKey, IntentKey
-from agentops.runner import task_start
-from agentops.tools import tool_registry
 from journal.keys import UnsafeName, name_problem, object_key, object_label
 from journal.models import Task
 from journal.outcomes import Reply

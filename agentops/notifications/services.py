@@ -25,10 +25,10 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.urls import reverse
 
+from agentops.doorbell import run_queue
 from agentops.effects._http import http_call
 from agentops.notifications.models import Delivery, DeliveryCursor, DeliveryState
 from agentops.notifications.signing import HEADER, signature
-from agentops.runner import run_queue
 from agentops.telemetry import instruments as m
 from agentops.workers import DELIVER_JOB
 from journal.keys import KEY_PREFIX

@@ -18,7 +18,7 @@ from agentops.effects import ActionRefused, registry
 from agentops.http import HtmxHttpRequest
 from agentops.operators import selectors
 from agentops.operators.forms import ApproveForm, CorrectForm, ReasonForm, RejectForm, ResolveForm
-from agentops.runner import (
+from agentops.operators.services import (
     step_correct,
     step_resolve,
     steps_reconcile_now,
@@ -177,10 +177,7 @@ def task_offers(request: HtmxHttpRequest, page: selectors.TaskPage) -> list[Offe
     found = []
     if page.held is not None and user.has_perm("journal.decide_approval"):
         found += [_offer("approve"), _offer("reject")]
-    if (
-        user.has_perm("journal.compensate_saga")
-        and compensate_refusal(task_id=task.pk) is None
-    ):
+    if user.has_perm("journal.compensate_saga") and compensate_refusal(task_id=task.pk) is None:
         found.append(_offer("compensate"))
     if task.status == TaskStatus.NEEDS_HUMAN and user.has_perm("journal.resume_task"):
         found.append(_offer("resume"))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from rq import Worker
 
-from agentops.runner import run_queue
+from agentops.doorbell import run_queue
 
 log = logging.getLogger(__name__)
 

@@ -40,13 +40,12 @@ from django.utils.safestring import SafeString
 
 from agentops.audit.models import Finding
 from agentops.audit.selectors import findings_of
-from agentops.kinds import kinds, references_of
+from agentops.kinds import kinds, references_of, tool_registry
 from agentops.notifications.models import Delivery
 from agentops.notifications.selectors import deliveries_of
 from agentops.operators import readable
 from agentops.operators.history import Decision, History, task_history
 from agentops.operators.timeline import Event, Timeline, step_timeline
-from agentops.tools import tool_registry
 from journal.models import (
     Approval,
     ApprovalState,

@@ -18,13 +18,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling, reswap, retarget
 
-from agentops.effects import registry
+from agentops.effects import registry, task_start
 from agentops.http import HtmxHttpRequest
 from agentops.kinds import TaskRefused, kind_get, kinds
 from agentops.operators import actions, selectors
 from agentops.operators.forms import ListForm, ReasonForm, StartTaskForm, as_json, problems_by_field
 from agentops.operators.queue import queue_now
-from agentops.runner import steps_reconcile_now, task_start
+from agentops.operators.services import steps_reconcile_now
 from journal.models import Step, Task
 from journal.operator import undoable
 from journal.status import TransitionRefused

@@ -201,7 +201,7 @@ def approval_gauges(now: datetime) -> Iterator[GaugeMetricFamily]:
 
 
 def queue_gauges() -> Iterator[GaugeMetricFamily]:
-    from agentops.runner import run_queue
+    from agentops.doorbell import run_queue
 
     queue = run_queue()
     depth = GaugeMetricFamily(

@@ -24,7 +24,8 @@ from typing import Any
 
 from rq import Worker
 
-from agentops.runner import run_queue, task_start
+from agentops.doorbell import run_queue
+from agentops.effects import task_start
 from agentops.workers import WORKER_ARGS
 from devtools.bench.procs import Roles, deltas, postmaster_pid, redis_pid
 from devtools.process import Popen, end, spawn

@@ -24,8 +24,9 @@ from typing import Any
 
 from django.db import connection
 
+from agentops.doorbell import run_queue
+from agentops.effects import task_start
 from agentops.retention import journal_retain
-from agentops.runner import run_queue, task_start
 from devtools.bench import e2e
 from devtools.bench.host import Steal
 from devtools.bench.stats import percentile, soak_drift

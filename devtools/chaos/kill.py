@@ -18,7 +18,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from agentops.tools import tool_registry
+from agentops.kinds import tool_registry
 from journal.outcomes import Observation, Outcome
 
 POINTS = ("before_call", "during_call", "after_call")

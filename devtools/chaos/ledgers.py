@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from agentops.tools import tool_registry
+from agentops.kinds import tool_registry
 from journal.keys import UnsafeName, object_key
 
 # Which provider operation performs each tool's effect.

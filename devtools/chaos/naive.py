@@ -31,9 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentops.kinds import KindRules, kind_get
+from agentops.kinds import KindRules, kind_get, tool_registry, tools_wrapped
 from agentops.money import money_text
-from agentops.tools import tool_registry, tools_wrapped
 from agentops.workers import AgentopsJob, AgentopsWorker
 from devtools.chaos.model import FORGET, NEIGHBOUR, REPHRASE, Model, neighbouring, rephrased
 from devtools.chaos.model import situation as situation_of

@@ -147,7 +147,7 @@ class World:
 
     def driver_settings(self) -> dict[str, Any]:
         """The same settings for the run's own process, which starts tasks and approves held
-        ones: a ring it makes (agentops.runner.task_ring) must hold the sweeper back no
+        ones: a ring it makes (agentops.doorbell.task_ring) must hold the sweeper back no
         longer than the workers' rings do."""
         return {
             "SWEEP_GRACE_SECONDS": self.sweep_grace,

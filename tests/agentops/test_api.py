@@ -21,8 +21,8 @@ from openapi_spec_validator import validate
 
 from agentops.api.auth import api_client_create, api_client_revoke
 from agentops.api.services import task_start_unless_done
+from agentops.effects import task_start
 from agentops.models import ApiClient, IdempotencyKey
-from agentops.runner import task_start
 from journal.models import Approval, Entry, EntryKind, Step, Task
 from tests.agentops.test_business_effects import renewal_refs, run, trip_refs
 from tests.agentops.workers import quiet_world

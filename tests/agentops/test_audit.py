@@ -32,9 +32,11 @@ from agentops.audit import gauges
 from agentops.audit.matching import StepSide, match
 from agentops.audit.models import AuditRun, Finding, FindingKind, ProviderWatch
 from agentops.audit.services import RANG_KEY, RunReport, audit_run, audits_sweep
+from agentops.doorbell import run_queue
+from agentops.effects import task_start
 from agentops.jobs import audit_provider
 from agentops.kinds import rules_for, tools_for
-from agentops.runner import run_queue, task_run, task_start
+from agentops.runner import task_run
 from agentops.workers import AUDIT_JOB
 from commerce.tools.email import SendEmail
 from commerce.tools.payments import ChargeCustomer

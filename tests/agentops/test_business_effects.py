@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+from agentops.effects import task_start
 from agentops.kinds import rules_for, tools_for
 from agentops.planners.scripted import ScriptedPlanner as Playbooks
-from agentops.runner import task_policy, task_start
+from agentops.runner import task_policy
 from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from journal.protocols import Call, Decision, Finish
@@ -426,7 +427,8 @@ def test_bad_refs_are_refused_at_the_door_and_nothing_is_recorded(
 def test_a_planner_that_raises_hands_the_task_to_a_human_after_one_run(
     fleet: Fleet, payments_sandbox: SandboxHandle
 ) -> None:
-    from agentops.runner import task_ring, tasks_sweep
+    from agentops.doorbell import task_ring
+    from agentops.runner import tasks_sweep
     from journal.record import task_create
 
     # Refs that slipped past the door (an old task, a direct insert): the playbook raises

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+from agentops.effects import task_start
 from agentops.kinds import rules_for, tools_for
 from agentops.planners.scripted import ScriptedPlanner as Playbooks
-from agentops.runner import task_policy, task_start
+from agentops.runner import task_policy
 from devtools.chaos.audit import audit_journal
 from devtools.chaos.ledgers import Ledgers
 from devtools.chaos.plan import plan_make

@@ -17,7 +17,7 @@ import pytest
 from django.test import override_settings
 from rq.serializers import JSONSerializer
 
-from agentops.tools import tool_registry
+from agentops.kinds import tool_registry
 from agentops.workers import AgentopsJob
 from devtools.chaos.audit import audit_naive
 from devtools.chaos.ledgers import Ledgers

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentops.effects import Kind, KindRules, Money
-from devtools.bench.runner import POLICY, Countdown, NoopTool
+from devtools.bench.core_path import POLICY, Countdown, NoopTool
 from journal.protocols import Call, Decision, Finish, TaskFacts
 from journal.record import task_create
 from journal.run import task_advance

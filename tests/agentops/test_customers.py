@@ -24,9 +24,9 @@ from django.contrib.auth.models import Group
 from django.core import signing
 from django.test import Client, override_settings
 
+from agentops.effects import task_start
 from agentops.kinds import planner_bound, rules_for
 from agentops.planners.scripted import ScriptedPlanner
-from agentops.runner import task_start
 from commerce import playbooks
 from commerce.customers.links import SALT, link_of, payment_link, payment_token
 from commerce.customers.services import CARD_REFUSED

@@ -26,7 +26,7 @@ from django.utils import timezone
 from agentops.audit.models import Finding, FindingKind
 from agentops.audit.services import audit_run
 from agentops.dbroles import APP_COLUMNS, APP_FUNCTIONS, JOURNAL_PREFIX, READ_ONLY_TABLES
-from agentops.runner import task_start
+from agentops.effects import task_start
 from commerce.customers.selectors import payment_of
 from journal.callers import callable_by
 from journal.leases import lease_acquire

@@ -11,9 +11,8 @@ from django.test import override_settings
 
 from agentops.checks import lease_outlasts_tool_calls, sweeper_finds_dead_runs_by_the_lease
 from agentops.effects import money_committed
-from agentops.kinds import KindRules, kind_get
+from agentops.kinds import KindRules, kind_get, tool_registry
 from agentops.money import money_text
-from agentops.tools import tool_registry
 from journal.outcomes import StepState
 from journal.protocols import Bound, Refused, StepFact, TaskFacts
 

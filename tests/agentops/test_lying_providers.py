@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from agentops.tools import tool_registry
+from agentops.kinds import tool_registry
 from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from journal.protocols import Call, CostClass

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from agentops.tools import tool_registry
+from agentops.kinds import tool_registry
 from commerce.tools.email import message_id
 from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy

@@ -19,8 +19,8 @@ import pytest
 from django.test import override_settings
 from mcp_types import CallToolResult
 
+from agentops.effects import task_start
 from agentops.models import IntentClientKey, IntentKey
-from agentops.runner import task_start
 from journal.models import Step, Task
 from tests.agentops.mcp_support import Session, data, in_process, mcp_client, run, seed, text
 from tests.agentops.test_business_effects import charges_of

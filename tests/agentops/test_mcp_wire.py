@@ -20,7 +20,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_PROTOCOL_VERSI
 
 from agentops.api.auth import api_client_revoke
 from agentops.effects import CostClass, intents
-from agentops.tools import tool_registry
+from agentops.kinds import tool_registry
 from journal.models import Step, Task
 from tests.agentops.mcp_support import Session, data, in_process, mcp_client, run, seed, text
 from tests.agentops.test_business_effects import charges_of

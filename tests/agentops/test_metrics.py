@@ -41,8 +41,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import commerce.webhooks
 from agentops.api.auth import api_client_create
+from agentops.effects import task_start
 from agentops.provider_events import provider_event_apply
-from agentops.runner import task_start
 from agentops.telemetry import collector
 from agentops.workers import WORKER_ARGS
 from devtools.database import database_url

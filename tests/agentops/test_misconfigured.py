@@ -24,8 +24,10 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
+from agentops.effects import task_start
 from agentops.effects._registry import registry
-from agentops.runner import steps_reconcile_now, task_resume, task_run, task_start
+from agentops.operators.services import steps_reconcile_now, task_resume
+from agentops.runner import task_run
 from commerce.customers.selectors import PaymentState, payment_of
 from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy

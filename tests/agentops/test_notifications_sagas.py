@@ -14,8 +14,10 @@ import pytest
 from django.test import override_settings
 
 from agentops import runner
+from agentops.effects import task_start
 from agentops.notifications import services
 from agentops.notifications.models import DeliveryState
+from agentops.operators.services import task_approve
 from journal.models import Approval, Step, Task
 from tests.agentops.test_notifications import (
     Receiver,
@@ -82,7 +84,7 @@ def delivered_once(task: Task, event: str, receiver: Receiver) -> dict[str, Any]
 
 def test_a_held_saga_notifies_awaiting_approval_once(sagas: None, receiver: Receiver) -> None:
     # Above 3,000.00 a person approves the charge before the card is touched.
-    task = run(runner.task_start(kind="trip", goal="a big trip", refs=trip_refs(amount=400000)))
+    task = run(task_start(kind="trip", goal="a big trip", refs=trip_refs(amount=400000)))
     assert task.status == "awaiting_approval"
     held = Approval.objects.get(task=task, state="pending")
     assert len(services.notifications_derive()) == 1
@@ -96,7 +98,7 @@ def test_a_held_saga_notifies_awaiting_approval_once(sagas: None, receiver: Rece
     assert services.notifications_derive() == []
 
     # Approved, it finishes: one more event, finished, and still one awaiting_approval.
-    assert runner.task_approve(
+    assert task_approve(
         task_id=task.pk, approval_id=held.pk, digest=held.digest, actor="ops@example.com"
     )
     assert run(task).status == "finished"
@@ -112,7 +114,7 @@ def test_a_compensated_saga_notifies_compensated_once(
     refs = trip_refs()
     bookings_sandbox.client.config(full_hotels=[refs["hotel"]])
     try:
-        task = run(runner.task_start(kind="trip", goal="Lisbon, hotel full", refs=refs))
+        task = run(task_start(kind="trip", goal="Lisbon, hotel full", refs=refs))
     finally:
         bookings_sandbox.client.config(full_hotels=[])
     assert task.status == "compensated"

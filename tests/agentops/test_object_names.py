@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from agentops.effects import task_start
 from agentops.kinds import kind_get, task_problems
-from agentops.runner import task_start
 from commerce.tools.email import SendEmail
 from journal.keys import OBJECT_NAME_MAX, UnsafeName, object_key, object_label, object_name
 from journal.models import Step

@@ -19,7 +19,8 @@ from django.db.models.functions import Now
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from agentops.runner import task_cancel, task_start
+from agentops.effects import task_start
+from agentops.operators.services import task_cancel
 from commerce.customers.links import payment_link, payment_token
 from journal.entries import note
 from journal.leases import lease_acquire, lease_release

@@ -15,10 +15,10 @@ from django.test import Client, RequestFactory
 from django.views.csrf import csrf_failure
 from django.views.defaults import server_error
 
+from agentops.effects import task_start
+from agentops.kinds import tool_registry
 from agentops.operators.readable import json_html, money, preview, when_html
 from agentops.operators.selectors import PER_PAGE
-from agentops.runner import task_start
-from agentops.tools import tool_registry
 from journal.leases import lease_acquire, lease_release
 from journal.models import Entry, EntryKind, Step, Task
 from journal.operator import decision_apply, step_resolve

@@ -20,7 +20,7 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.test import override_settings
 
-from agentops.runner import task_start
+from agentops.effects import task_start
 from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from tests.agentops.test_business_effects import charges_of, renewal_refs, run

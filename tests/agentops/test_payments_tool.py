@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+from agentops.kinds import tool_registry
 from agentops.provider_events import provider_event_apply, provider_events_unapplied
-from agentops.tools import tool_registry
 from journal.models import Entry, EntryKind, Step, Task
 from journal.policy import Policy
 from journal.protocols import Call

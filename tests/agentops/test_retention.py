@@ -22,8 +22,9 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.test import override_settings
 
+from agentops.doorbell import run_queue
+from agentops.effects import task_start
 from agentops.retention import RANG_KEY, journal_retain, retention_sweep
-from agentops.runner import run_queue, task_start
 from journal.keys import task_id_new
 from journal.models import Partition, Retention, Step, Task
 from journal.record import task_create

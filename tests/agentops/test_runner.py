@@ -13,7 +13,7 @@ from typing import Any
 import django_rq
 import pytest
 
-from agentops.runner import task_start
+from agentops.effects import task_start
 from devtools.chaos.kill import armed
 from journal.models import Entry, EntryKind, Step, Task
 from journal.selectors import task_facts

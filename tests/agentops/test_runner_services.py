@@ -15,9 +15,11 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
+from agentops.doorbell import RANG_KEY
+from agentops.effects import task_start
 from agentops.kinds import tools_for
 from agentops.planners.scripted import ScriptedPlanner as Playbooks
-from agentops.runner import RANG_KEY, task_run, task_start, tasks_sweep
+from agentops.runner import task_run, tasks_sweep
 from agentops.workers import RUN_JOB
 from journal.leases import lease_acquire, lease_release
 from journal.models import Entry, EntryKind, Step, Task

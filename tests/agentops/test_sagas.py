@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import requests
 
+from agentops.effects import task_start
 from agentops.kinds import TaskRefused
-from agentops.runner import task_approve, task_compensate, task_reject, task_resume, task_start
+from agentops.operators.services import task_approve, task_compensate, task_reject, task_resume
 from journal.keys import undo_key
 from journal.models import Approval, Entry, EntryKind, Step, Task
 from tests.agentops.planners.fakes import openai_text, openai_tool_call, serve

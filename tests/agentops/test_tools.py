@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from agentops.tools import tool_registry
+from agentops.kinds import tool_registry
 from commerce.tools.email import message_id
 from journal.protocols import CostClass
 

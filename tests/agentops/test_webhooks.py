@@ -18,8 +18,8 @@ from django.db import OperationalError
 from django.test import AsyncRequestFactory, Client, override_settings
 
 from agentops.models import WebhookEvent
+from agentops.operators.services import task_resume
 from agentops.provider_events import provider_event_apply, provider_events_sweep
-from agentops.runner import task_resume
 from commerce.views import stripe_webhook
 from commerce.webhooks import MAX_BODY_BYTES, MAX_DEPTH, TOLERANCE_SECONDS
 from journal.leases import lease_acquire, lease_release

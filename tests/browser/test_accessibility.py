@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import override_settings
 from django.urls import include, path
 
-from agentops.runner import task_start
+from agentops.effects import task_start
 from journal.leases import lease_acquire, lease_release
 from journal.models import Attention, Task
 from journal.outcomes import Outcome

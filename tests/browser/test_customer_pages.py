@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from agentops.runner import task_start
+from agentops.effects import task_start
 from commerce.customers.links import payment_link, payment_token
 from journal.leases import lease_acquire
 from journal.models import Task

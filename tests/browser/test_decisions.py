@@ -12,9 +12,9 @@ import pytest
 import requests
 from django.test import override_settings
 
+from agentops.effects import task_start
+from agentops.kinds import tool_registry
 from agentops.provider_events import provider_event_apply
-from agentops.runner import task_start
-from agentops.tools import tool_registry
 from journal.leases import lease_acquire, lease_release
 from journal.models import Step, Task
 from journal.operator import decision_apply, step_resolve

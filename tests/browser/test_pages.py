@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agentops.runner import task_start
+from agentops.effects import task_start
 from journal.models import Approval, Task
 from tests.agentops.workers import Fleet
 from tests.browser.conftest import log_in, operator, screenshot

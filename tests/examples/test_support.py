@@ -23,7 +23,9 @@ from django.test import Client, override_settings
 from agentops import effects
 from agentops.api.auth import api_client_create
 from agentops.api.services import once_effect_done
-from agentops.runner import task_compensate, task_run, task_start
+from agentops.effects import task_start
+from agentops.operators.services import task_compensate
+from agentops.runner import task_run
 from devtools.sandboxes import SandboxHandle
 from journal.keys import undo_key
 from journal.models import Entry, EntryKind, Step, Task

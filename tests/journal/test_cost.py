@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from devtools.bench.runner import POLICY, TOOLS, Countdown, NoopTool
+from devtools.bench.core_path import POLICY, TOOLS, Countdown, NoopTool
 from journal.leases import lease_acquire
 from journal.perform import step_perform
 from journal.record import step_record, task_create

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentops.runner import task_cancel
+from agentops.operators.services import task_cancel
 from journal.models import Task
 from journal.status import TransitionRefused
 

@@ -14,8 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, OutputWrapper
 from django.db import IntegrityError, transaction
 
-from agentops.effects import DemoTask, registry
-from agentops.runner import task_start
+from agentops.effects import DemoTask, registry, task_start
 from journal.models import Task
 
 USERNAME = "operator"

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentops.runner import task_resume
+from agentops.operators.services import task_resume
 from journal.models import Task
 from journal.status import TransitionRefused
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentops.runner import task_approve, task_compensate, task_reject
+from agentops.operators.services import task_approve, task_compensate, task_reject
 from journal.models import Approval, ApprovalState, Task
 from journal.status import TransitionRefused
 

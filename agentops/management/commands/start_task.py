@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agentops.effects import task_start
 from agentops.kinds import TaskRefused, UnknownKind
-from agentops.runner import task_start
 
 
 class Command(BaseCommand):

@@ -19,7 +19,8 @@ from django.db import connections
 from django.db.models import Count
 from django.db.models.functions import Now
 
-from agentops.runner import task_approve, task_reject, task_start
+from agentops.effects import task_start
+from agentops.operators.services import task_approve, task_reject
 from devtools.chaos.agent import Agent, asks_of
 from devtools.chaos.audit import Hit
 from devtools.chaos.naive import (

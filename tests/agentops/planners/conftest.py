@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from agentops.runner import task_run, task_start
-from agentops.tools import tool_registry
+from agentops.effects import task_start
+from agentops.kinds import tool_registry
+from agentops.runner import task_run
 from commerce.customers.links import link_of
 from journal.models import Step, Task
 from journal.policy import Policy

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+from agentops.kinds import tool_registry
 from agentops.planners.anthropic import AnthropicPlanner
 from agentops.planners.prompting import SYSTEM_PROMPT, PlannerError, tool_use_id
-from agentops.tools import tool_registry
 from journal.models import Entry, EntryKind, Step, Task
 from journal.outcomes import StepState
 from journal.protocols import Call, Finish, StepFact
