@@ -74,6 +74,16 @@ class Signature:
         known = ", ".join(a.name for a in self.arguments)
         raise TypeError(f"{self.name} takes no argument {name!r} (it takes: {known})")
 
+    @property
+    def jsonb(self) -> frozenset[str]:
+        """The arguments declared jsonb: a value given for one is written out as JSON."""
+        return frozenset(a.name for a in self.arguments if a.type == "jsonb")
+
+    @property
+    def jsonb_columns(self) -> tuple[bool, ...]:
+        """For each column of ``RETURNS TABLE``, whether it is jsonb (decoded on return)."""
+        return tuple(type_ == "jsonb" for _, type_ in self.columns)
+
 
 class Row(dict[str, Any]):
     """One row a function returned, by column name; also readable as attributes."""
@@ -146,6 +156,14 @@ def signature(name: str) -> Signature:
 
 
 @cache
+def _call_shape(name: str) -> tuple[Signature, frozenset[str], tuple[str, ...], tuple[bool, ...]]:
+    """What each call of ``name`` needs of its signature, worked out once: the signature,
+    its jsonb arguments, and its table's column names and which of them are jsonb."""
+    fn = signature(name)
+    return fn, fn.jsonb, tuple(column for column, _ in fn.columns), fn.jsonb_columns
+
+
+@cache
 def _statement(name: str, given: frozenset[str]) -> str:
     """The statement that calls ``name`` with exactly the arguments ``given``: named, each
     cast to its type, in the order the function declares them."""
@@ -165,8 +183,8 @@ def _statement(name: str, given: frozenset[str]) -> str:
     return f"SELECT {name}({passed})"  # noqa: S608
 
 
-def _param(type_: str, value: Any) -> Any:
-    if type_ == "jsonb" and value is not None and not isinstance(value, str):
+def _json(value: Any) -> Any:
+    if value is not None and not isinstance(value, str):
         return json.dumps(value, cls=DjangoJSONEncoder)
     return value
 
@@ -187,25 +205,28 @@ def _message(error: DatabaseError) -> str:
 
 
 def _rows(name: str, kwargs: Mapping[str, Any], using: str) -> Iterator[Any]:
-    fn = signature(name)
+    fn, jsonb, columns, decoded = _call_shape(name)
     statement = _statement(name, frozenset(kwargs))
-    params = {key: _param(fn.argument(key).type, value) for key, value in kwargs.items()}
+    params = {key: _json(value) if key in jsonb else value for key, value in kwargs.items()}
+    names: list[str] = []
     try:
         with prepared_cursor(using) as cursor:
             cursor.execute(statement, params)
             rows = cursor.fetchall()
-            names = [c.name for c in cursor.description] if cursor.description else []
+            # A table's columns are the file's (a row is named without asking the cursor
+            # to describe its result: psycopg makes an object a column to say it).
+            if fn.returns != "TABLE" and cursor.description:
+                names = [c.name for c in cursor.description]
     except DatabaseError as error:
         raised = _raised(error)
         if raised is error:
             raise
         raise raised from error
     if fn.returns == "TABLE":
-        jsonb = {column for column, type_ in fn.columns if type_ == "jsonb"}
         for row in rows:
             yield Row(
-                (column, json.loads(value) if column in jsonb and isinstance(value, str) else value)
-                for column, value in zip(names, row, strict=True)
+                (column, json.loads(value) if json_ and isinstance(value, str) else value)
+                for column, json_, value in zip(columns, decoded, row, strict=True)
             )
     elif fn.returns.startswith("SETOF") and names and len(names) > 1:
         for row in rows:

@@ -1,5 +1,5 @@
-"""What happened to steps: one log line per event, and the counters and histograms
-(agentops/telemetry/instruments.py).
+"""What happened to steps: one log line per event (a step recorded and settled at once:
+one line), and the counters and histograms (agentops/telemetry/instruments.py).
 
 The journal's core writes no log and knows no metrics library. Its moves return what they
 committed, and the runner notes what happened to steps from those rows (journal/events.py);
@@ -36,8 +36,11 @@ from journal.outcomes import SETTLED_STATES
 log = logging.getLogger("agentops.steps")
 
 
-def _sentence(event: StepEvent) -> str:
+def _sentence(event: StepEvent, *, recorded: bool = False) -> str:
     who = f"step {event.step_key} {event.tool}"
+    if recorded:  # a settlement whose record is told with it
+        took = f" after {event.seconds:.3f} s" if event.seconds is not None else ""
+        return f"{who}: recorded, attempt 1 settled {event.state}{took}"
     if event.what == "recorded":
         return f"{who}: recorded, attempt 1 started"
     if event.what == "refused":
@@ -56,12 +59,37 @@ def _sentence(event: StepEvent) -> str:
 
 
 def record(events: Iterable[StepEvent]) -> None:
-    """Log each event (one line, with its step's fields) and count it."""
-    for event in _unknown_for(list(events)):
+    """Log each event (one line, with its step's fields) and count it. A step recorded and
+    settled by its first attempt, one event after the other (the usual step), is one line:
+    the settlement's, which says it was recorded too (``"recorded": true``)."""
+    told = _unknown_for(list(events))
+    for i, event in enumerate(told):
         level = logging.WARNING if event.what == "unknown" else logging.INFO
         if log.isEnabledFor(level):  # the sentence and its fields only for a line written
-            log.log(level, _sentence(event), extra=event.fields())
+            if _told_with_next(event, told[i + 1 : i + 2]):
+                pass  # the next line says it
+            elif i and _told_with_next(told[i - 1], (event,)):
+                log.log(
+                    level,
+                    _sentence(event, recorded=True),
+                    extra={**event.fields(), "recorded": True},
+                )
+            else:
+                log.log(level, _sentence(event), extra=event.fields())
         _count(event)
+
+
+def _told_with_next(event: StepEvent, after: Sequence[StepEvent]) -> bool:
+    """``event`` is a step's record, and ``after`` its settlement by its first attempt."""
+    if event.what != "recorded" or not after:
+        return False
+    settled = after[0]
+    return (
+        settled.what == "settled"
+        and settled.step_id == event.step_id
+        and settled.via == "attempt"
+        and settled.attempt == 1
+    )
 
 
 def _count(event: StepEvent) -> None:

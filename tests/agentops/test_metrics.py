@@ -361,6 +361,9 @@ def test_a_workers_line_about_a_step_is_json_with_its_task_key_tool_and_state(
     lines = wait_for(about_the_charge, timeout=10, what="the worker's lines about the charge")
     settled = [line for line in lines if line.get("event") == "settled"]
     assert settled, lines
+    # Recorded and settled by its first attempt in one run: one line says both.
+    assert len(lines) == 1 and settled[0]["recorded"] is True, lines
+    assert "recorded, attempt 1 settled done" in settled[0]["message"]
     line = settled[0]
     assert line["task_id"] == str(task.pk)
     assert line["step_key"] == charge.key
