@@ -37,7 +37,9 @@ def _interval(figures: Mapping[str, Any], digits: int = 0) -> str:
 
 
 def _met(target: Mapping[str, Any]) -> str:
-    return "**met**" if target["met"] else "**not met**"
+    """A target's verdict as the run judged it (a run from before verdicts: met or not)."""
+    verdict = target.get("verdict") or ("met" if target["met"] else "not met")
+    return f"**{verdict}**"
 
 
 def machine_line(run: Run) -> str:
@@ -68,11 +70,6 @@ def table_paths(run: Run) -> str:
         (
             "**the production path**: the RQ job's call, a real kind's rules",
             "production_steps_per_s",
-        ),
-        (
-            "the production path with its rule triggers and its telemetry read-back set aside "
-            "(no product runs so)",
-            "production_bare_steps_per_s",
         ),
         ("DBOS Transact, sequential", "dbos_steps_per_s"),
         ("DBOS Transact, concurrent (`start_workflow`)", "dbos_concurrent_steps_per_s"),
@@ -112,27 +109,35 @@ def table_paths(run: Run) -> str:
     return "\n".join(lines)
 
 
+# The CPU a step, by part and process (bench.cpu_us_per_step), as the table names them.
+CPU_PARTS = (
+    ("the honest floor", "floor"),
+    ("**the production path**", "production"),
+    ("DBOS Transact, sequential", "dbos_sequential"),
+    ("DBOS Transact, concurrent", "dbos_concurrent"),
+)
+
+
 def table_ratios(run: Run) -> str:
     ratios, targets = run["ratios"], run["targets"]
     rows = [
-        ("production ÷ floor", "production_to_floor", "production_to_floor"),
+        ("production ÷ floor, steps/s", "production_to_floor", "production_to_floor"),
         (
-            "production ÷ DBOS sequential",
+            "floor ÷ production, CPU a step (the runner and PostgreSQL)",
+            "production_to_floor_cpu",
+            "production_to_floor",
+        ),
+        (
+            "production ÷ DBOS sequential, steps/s",
             "production_to_dbos_sequential",
             "production_to_dbos_sequential",
         ),
-        ("production ÷ DBOS concurrent", "production_to_dbos_concurrent", None),
         (
-            "production, rule triggers and read-back set aside, ÷ production",
-            "bare_to_production",
-            None,
+            "DBOS sequential ÷ production, CPU a step (the runner and PostgreSQL)",
+            "production_to_dbos_sequential_cpu",
+            "production_to_dbos_sequential",
         ),
-        ("production, rule triggers and read-back set aside, ÷ floor", "bare_to_floor", None),
-        (
-            "production, rule triggers and read-back set aside, ÷ DBOS sequential",
-            "bare_to_dbos_sequential",
-            None,
-        ),
+        ("production ÷ DBOS concurrent, steps/s", "production_to_dbos_concurrent", None),
     ]
     rows = [row for row in rows if row[1] in ratios]
     lines = [
@@ -141,9 +146,21 @@ def table_ratios(run: Run) -> str:
     ]
     for label, name, target in rows:
         r = ratios[name]
-        goal = f"≥ {targets[target]['target']}: {_met(targets[target])}" if target else "—"
+        goal = f"≥ {targets[target]['target']}" if target else "—"
         lines.append(f"| {label} | {r['median']:.2f} | {_interval(r, 2)} | {goal} |")
-    lines += _set_aside(run)
+    judged = [
+        f"{label} {_met(targets[name])}"
+        for label, name in (
+            ("0.5× the floor:", "production_to_floor"),
+            ("2.5× DBOS sequential:", "production_to_dbos_sequential"),
+        )
+        if name in targets
+    ]
+    lines += ["", "Judged on the rate and the CPU a step together: " + "; ".join(judged) + "."]
+    lines[-1] += _window(run)
+    cpu = _cpu_table(run)
+    if cpu:
+        lines += ["", *cpu]
     probe = run.get("commit_probe")
     if probe is not None:
         trip, commit = probe["round_trip_us"], probe["commit_us"]
@@ -155,7 +172,8 @@ def table_ratios(run: Run) -> str:
             f"autocommit) {_n(commit['median'])} µs ({_n(commit['min'])} – "
             f"{_n(commit['max'])}), medians of 200 each round: the floor waits for two commits "
             "a step and the production path for one, so where a commit costs more the ratio "
-            "to the floor rises, and where it costs less it falls.",
+            "to the floor rises, and where it costs less it falls. The CPU a step is not "
+            "flattered so.",
         ]
     steal = run.get("host_steal_share")
     if steal is not None:
@@ -166,54 +184,48 @@ def table_ratios(run: Run) -> str:
     return "\n".join(lines)
 
 
-def _set_aside(run: Run) -> list[str]:
-    """What the rule triggers and the telemetry read-back cost a step (the bare part), told
-    only where the run can tell it from its noise (the paired ratio's interval is above 1),
-    and where the path would stand against the targets without them."""
-    bare = run.get("production_bare_steps_per_s")
-    if bare is None:
+def _window(run: Run) -> str:
+    """Whether the run's window was quiet enough to judge a rate by, and if not, why."""
+    window = run.get("window")
+    if window is None:
+        return ""  # a run from before it was judged
+    limits = window["thresholds"]
+    if window["quiet"]:
+        return (
+            " The window was quiet enough to judge a rate by (the hypervisor's steal at most "
+            f"{limits['steal_median']:.0%} in the median round and {limits['steal_max']:.0%} in "
+            f"any, a durable commit's cost within {limits['commit_spread']:g}× between rounds)."
+        )
+    return " The window was too noisy to judge a rate by: " + "; ".join(window["why"]) + "."
+
+
+def _cpu_table(run: Run) -> list[str]:
+    """The CPU a step each part cost, by process (medians, µs), where the run read it."""
+    cpu = run.get("cpu_us_per_step")
+    if not cpu:
         return []  # a run from before it was measured
-    ratios, targets = run["ratios"], run["targets"]
-    step, without = 1e6 / run["production_steps_per_s"]["median"], 1e6 / bare["median"]
-    paired = ratios.get("bare_to_production")
-    pairs = (
-        ("bare_to_floor", "production_to_floor"),
-        ("bare_to_dbos_sequential", "production_to_dbos_sequential"),
-    )
-    met = [ratios[name]["median"] >= targets[target]["target"] for name, target in pairs]
-
-    def verdict(name: str, target: str) -> str:
-        r, goal = ratios[name], targets[target]["target"]
-        reach = "would meet" if r["median"] >= goal else "still short of"
-        return f"{r['median']:.2f}× ({_interval(r, 2)}; {reach} ≥ {goal})"
-
-    told = paired is not None and paired["ci95"][0] > 1
-    pair = (
-        f"; paired by round, the part ran at {paired['median']:.2f}× the production path, "
-        f"{_interval(paired, 2)}"
-        if paired is not None
-        else ""
-    )
-    cost = (
-        f"a step took {_n(without)} µs against {_n(step)} µs (the inverses of the two medians"
-        f"{pair}): those two cost about {_n(step - without)} µs a step in this run"
-        if told
-        else "the run cannot tell what those two cost a step from its noise"
-        + (f" ({pair.removeprefix('; ')})" if pair else "")
-    )
-    return [
+    lines = [
+        "The CPU a step cost, read from the processes in the same rounds (medians, µs; "
+        "PostgreSQL's is all its processes while the part ran):",
         "",
-        f"With the rule triggers and the telemetry read-back set aside, {cost}. Without them "
-        f"the path runs at {verdict(*pairs[0])} the floor and {verdict(*pairs[1])} DBOS "
-        "sequential"
-        + (
-            ": setting those two aside closes the distance to both targets here."
-            if all(met)
-            else ": what is left of the distance is the rest of the path (the statement's "
-            "writes and claims, the lease, the checks in Python, the exchange with the "
-            "provider, the per-task statements)."
-        ),
+        "| part | the runner's process | PostgreSQL | the provider | runner and PostgreSQL |",
+        "|---|---:|---:|---:|---:|",
     ]
+    for label, part in CPU_PARTS:
+        roles = cpu.get(part)
+        if not roles:
+            continue
+
+        def median(role: str, roles: Mapping[str, Any] = roles) -> float | None:
+            figures = roles.get(role)
+            return None if figures is None else float(figures["median"])
+
+        both = [m for m in (median("runner"), median("postgres")) if m is not None]
+        lines.append(
+            f"| {label} | {_n(median('runner'))} | {_n(median('postgres'))} | "
+            f"{_n(median('provider'))} | {_n(sum(both)) if len(both) == 2 else '—'} |"
+        )
+    return lines
 
 
 def _allowed(value: float) -> str:

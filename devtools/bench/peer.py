@@ -8,8 +8,11 @@ executor's threads, then awaited).
 
 Each measurement runs in a process of its own (``python -m devtools.bench.peer``: DBOS keeps
 global state, and its start-up is not what is measured), with the database's address in
-``BENCH_DBOS_URL`` (never on a command line); it prints one JSON line. DBOS is an optional
-extra (``pip install -e '.[bench]'``); without it :func:`dbos_available` says so.
+``BENCH_DBOS_URL`` (never on a command line); it prints one JSON line: its rate, and the CPU
+a step cost while it ran, its own process's (all its threads) and, given the server's main
+process in ``BENCH_POSTMASTER_PID``, PostgreSQL's (all its processes), read as the benchmark
+reads the production path's. DBOS is an optional extra (``pip install -e '.[bench]'``);
+without it :func:`dbos_available` says so.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 from typing import Any
 
 URL_VARIABLE = "BENCH_DBOS_URL"
+POSTMASTER_VARIABLE = "BENCH_POSTMASTER_PID"
 MODES = ("sequential", "concurrent")
 
 
@@ -32,9 +36,20 @@ def dbos_available() -> bool:
     return True
 
 
-def dbos_steps_per_s(*, url: str, steps: int, per_task: int = 20, mode: str) -> float:
-    """Steps per second of DBOS workflows of ``per_task`` no-op steps, ``mode`` as above."""
+def dbos_steps_per_s(
+    *, url: str, steps: int, per_task: int = 20, mode: str, postmaster: int | None = None
+) -> dict[str, Any]:
+    """Steps per second of DBOS workflows of ``per_task`` no-op steps, ``mode`` as above, and
+    the CPU a step cost (µs): this process's (``runner``) and, given its main process,
+    PostgreSQL's (``postgres``)."""
     from dbos import DBOS
+
+    from devtools.bench.procs import Roles
+
+    roles = Roles()
+    roles.add("runner", [os.getpid()])
+    if postmaster is not None:
+        roles.add("postgres", [postmaster])
 
     DBOS(config={"name": "agentops-bench", "system_database_url": url, "log_level": "WARNING"})
 
@@ -52,6 +67,7 @@ def dbos_steps_per_s(*, url: str, steps: int, per_task: int = 20, mode: str) -> 
     try:
         workflow(per_task)  # warm: DBOS's first workflow also creates what it needs
         tasks = max(1, steps // per_task)
+        cpu = roles.cpu_seconds()
         began = time.perf_counter()
         if mode == "sequential":
             for _ in range(tasks):
@@ -60,7 +76,15 @@ def dbos_steps_per_s(*, url: str, steps: int, per_task: int = 20, mode: str) -> 
             handles = [DBOS.start_workflow(workflow, per_task) for _ in range(tasks)]
             for handle in handles:
                 handle.get_result()
-        return tasks * per_task / (time.perf_counter() - began)
+        seconds = time.perf_counter() - began
+        spent = roles.cpu_seconds()
+        measured = tasks * per_task
+        return {
+            "steps_per_s": measured / seconds,
+            "cpu_us_per_step": {
+                role: round((spent[role] - cpu[role]) * 1e6 / measured, 1) for role in spent
+            },
+        }
     finally:
         DBOS.destroy()
 
@@ -75,5 +99,14 @@ if __name__ == "__main__":
     mode, count = sys.argv[1], int(sys.argv[2])
     if mode not in MODES:
         raise SystemExit(f"mode: one of {', '.join(MODES)}")
-    rate = dbos_steps_per_s(url=os.environ[URL_VARIABLE], steps=count, mode=mode)
-    print(json.dumps({"steps_per_s": rate}))
+    postmaster = os.environ.get(POSTMASTER_VARIABLE)
+    print(
+        json.dumps(
+            dbos_steps_per_s(
+                url=os.environ[URL_VARIABLE],
+                steps=count,
+                mode=mode,
+                postmaster=int(postmaster) if postmaster else None,
+            )
+        )
+    )
