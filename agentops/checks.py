@@ -25,11 +25,11 @@ register()(intent_checks)
 
 @register()
 def lease_outlasts_tool_calls(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    from agentops.kinds import tool_registry
+    from agentops.effects._registry import tools_made
 
     lease = float(settings.JOURNAL_LEASE_SECONDS)
     errors: list[CheckMessage] = []
-    for tool in tool_registry().values():
+    for tool in tools_made().values():
         longest = tool.timeout * tool.requests_per_call
         if longest >= lease:
             errors.append(
@@ -94,19 +94,10 @@ def the_runner_can_be_built(app_configs: Any = None, **kwargs: Any) -> list[Chec
     """Every worker builds the tools and the planner for each run. If they cannot be built
     (an unknown PLANNER, a missing key, an import that fails), every task would be handed to
     a person the moment it ran: refused here, at start-up, instead."""
-    from agentops.kinds import tool_registry
+    from agentops.effects._registry import tools_made
     from agentops.planners import planner_get
 
-    try:
-        tools = tool_registry()
-    except Exception as exc:
-        return [
-            Error(
-                f"the tools cannot be built: {type(exc).__name__}: {exc}",
-                hint="Check the tools' settings (provider addresses, keys, lifetimes).",
-                id="agentops.E002",
-            )
-        ]
+    tools = tools_made()  # one that cannot be made is said once, by agentops.E116 or E118
     try:
         planner_get(tools)
     except Exception as exc:

@@ -101,6 +101,22 @@ INSTALLED_APPS = [
 # carry an example's kind unless it asks for it.
 if _env_bool("AGENTOPS_EXAMPLES", False):
     INSTALLED_APPS.append("examples.support")
+# Your own apps (README, "Your own app"): their dotted names, comma-separated, each an
+# importable package with an effects.py (found as admin.py is). An environment variable
+# rather than a settings module of your own: every process the launcher starts (the web
+# server, the workers, the sweeper, `stack.py manage`) reads the same environment, ours
+# stays the one settings module, and a tool's own settings may be read from the environment
+# too (agentops.effects.tool_setting).
+AGENTOPS_APPS = [name.strip() for name in os.environ.get("AGENTOPS_APPS", "").split(",")]
+AGENTOPS_APPS = [name for name in AGENTOPS_APPS if name]
+for _app in AGENTOPS_APPS:
+    if not all(part.isidentifier() for part in _app.split(".")):
+        raise ImproperlyConfigured(
+            f"AGENTOPS_APPS: {_app!r} is not an app's dotted name (a package to import, "
+            "such as giftcards or myco.giftcards); separate names with commas"
+        )
+    if _app not in INSTALLED_APPS:
+        INSTALLED_APPS.append(_app)
 # The development tools (devtools/: the chaos run, the benchmark) are not shipped; their
 # commands (`manage.py chaos`, `manage.py bench`) exist only where this is set, as the
 # launcher's `chaos` and `bench` commands set it. A production process never imports them.

@@ -7,13 +7,13 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 
-from agentops.effects import audits, tools
+from agentops.effects import audits, registry
 
 
 @register()
 def audit_declarations(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     found: list[CheckMessage] = []
-    declared = set(tools())
+    declared = set(registry.tools)  # by name: a tool that cannot be made is said elsewhere
     for provider, audit in audits().items():
         unknown = [t for t in audit.tools if t not in declared]
         if unknown:

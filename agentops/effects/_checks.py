@@ -9,8 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 
-from agentops.effects._registry import registry, tools
-from agentops.effects._tool import Tool
+from agentops.effects._registry import registry
+from agentops.effects._tool import SettingMissing, Tool, tool_setting
 from journal.policy import DEFAULT_POLICY
 from journal.protocols import CostClass
 
@@ -114,7 +114,7 @@ def tool_problems(tool: Tool, known: set[str]) -> list[CheckMessage]:
     if effect:
         out.extend(key_problems(tool, name))
     base = getattr(tool, "base_setting", "")
-    unset = base and not str(getattr(settings, base, "") or "").strip()
+    unset = base and not str(tool_setting(base, "") or "").strip()
     if unset and not getattr(tool, "default_base", ""):
         # A warning, not an error: an app installed for some kinds may leave others' providers
         # unset. Their calls are refused as ours (never sent: a person fixes the setting).
@@ -151,10 +151,12 @@ def tool_problems(tool: Tool, known: set[str]) -> list[CheckMessage]:
     return out
 
 
-def kind_problems(known: dict[str, Tool]) -> list[Error]:
+def kind_problems(known: dict[str, Tool], unmade: frozenset[str] = frozenset()) -> list[Error]:
+    """Every kind's tools declared, its money capped, its saga placeable, its tasks decidable.
+    ``unmade``: tools declared but not made (their own errors say why): judged by name only."""
     out: list[Error] = []
     for kind in registry.kinds.values():
-        unknown = sorted(t for t in kind.tools if t not in known)
+        unknown = sorted(t for t in kind.tools if t not in known and t not in unmade)
         if unknown:
             out.append(_error(f"kind {kind.name}: tools {unknown} are not declared", "", 11))
         money = sorted(t for t in kind.tools if t in known and known[t].money is not None)
@@ -169,6 +171,8 @@ def kind_problems(known: dict[str, Tool]) -> list[Error]:
         if kind.saga is not None:
             for step in kind.saga.steps:
                 tool = known.get(step)
+                if step in unmade:
+                    continue
                 if tool is None:
                     out.append(_error(f"kind {kind.name}: saga step {step} is unknown", "", 13))
                 elif tool.compensation is None and not tool.irreversible:
@@ -195,11 +199,27 @@ def kind_problems(known: dict[str, Tool]) -> list[Error]:
 def declarations(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Every declared tool and kind, checked; the registry's own refusals first."""
     out: list[CheckMessage] = [_error(p, "", 0) for p in registry.problems]
-    try:
-        known = tools()
-    except Exception as exc:  # a tool that cannot even be made
-        return [*out, _error(f"the tools cannot be made: {type(exc).__name__}: {exc}", "", 16)]
+    known: dict[str, Tool] = {}
+    unmade: set[str] = set()
+    for name, factory in registry.tools.items():
+        try:
+            known[name] = factory()
+        except SettingMissing as exc:  # named, with where to set it: never a traceback
+            unmade.add(name)
+            out.append(
+                _error(
+                    f"tool {name}: {exc}",
+                    f"Set {exc.setting}: in the environment ({exc.setting}=...) or in your "
+                    "settings module.",
+                    18,
+                )
+            )
+        except Exception as exc:  # a tool that cannot even be made
+            unmade.add(name)
+            out.append(
+                _error(f"tool {name} cannot be made: {type(exc).__name__}: {exc}", "", 16)
+            )
     for tool in known.values():
-        out.extend(tool_problems(tool, set(known)))
-    out.extend(kind_problems(known))
+        out.extend(tool_problems(tool, set(known) | unmade))
+    out.extend(kind_problems(known, frozenset(unmade)))
     return out

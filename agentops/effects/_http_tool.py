@@ -10,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from django.conf import settings
-
 from agentops.effects._http import http_call
-from agentops.effects._tool import Tool
+from agentops.effects._tool import Tool, tool_setting
 from journal.outcomes import Observation, Outcome, Reply
 from journal.protocols import CostClass
 
@@ -62,7 +60,7 @@ class HttpTool(Tool):
     # -- the call ------------------------------------------------------------------------
 
     def url(self, path: str, args: Mapping[str, Any]) -> str:
-        base = str(getattr(settings, self.base_setting) or self.default_base).rstrip("/")
+        base = str(tool_setting(self.base_setting, "") or self.default_base).rstrip("/")
         return base + path.format(**{k: v for k, v in args.items() if isinstance(v, str)})
 
     def body(self, args: Mapping[str, Any], *, key: str) -> dict[str, Any]:
@@ -82,7 +80,7 @@ class HttpTool(Tool):
         return found
 
     def _api_key(self) -> str:
-        return str(getattr(settings, self.api_key_setting)) if self.api_key_setting else ""
+        return str(tool_setting(self.api_key_setting, "")) if self.api_key_setting else ""
 
     def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
         # A GET sends its arguments as the query, and no body; a read has no effect to name,

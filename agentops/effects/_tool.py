@@ -2,16 +2,61 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from agentops.effects._schema import schema_problems
 from journal.outcomes import Observation, Outcome
 from journal.protocols import CostClass
+
+_UNSET: Any = object()
+
+
+class SettingMissing(ImproperlyConfigured):
+    """A tool's setting is set nowhere, or is not what it must be: ``manage.py check`` names
+    it (agentops.E118), and a run of a task that needs the tool is handed to a person."""
+
+    def __init__(self, name: str, problem: str = "is not set") -> None:
+        super().__init__(
+            f"the setting {name} {problem}: set it in your Django settings or as an "
+            "environment variable of that name"
+        )
+        self.setting = name
+
+
+def tool_setting(name: str, default: Any = _UNSET) -> Any:
+    """A setting a tool declares (its provider's address, its key, how long its provider
+    keeps keys): Django's setting of that name if there is one, else the environment
+    variable of that name, else ``default``; with no default, :class:`SettingMissing`. So an
+    app's tool is configured without a settings module of its own (README, "Your own app")."""
+    value = getattr(settings, name, _UNSET)
+    if value is _UNSET:
+        value = os.environ.get(name, _UNSET)
+    if value is _UNSET:
+        if default is _UNSET:
+            raise SettingMissing(name)
+        return default
+    return value
+
+
+def seconds_setting(name: str, *, zero: bool = False) -> float:
+    """A tool's setting that is a number of seconds (:func:`tool_setting`): above zero, or
+    zero or more when ``zero`` (a lag may be none; a key's lifetime may not)."""
+    value = tool_setting(name)
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise SettingMissing(name, f"is {value!r}, not a number of seconds") from None
+    if not (seconds >= 0 if zero else seconds > 0):
+        bound = "zero or more" if zero else "above zero"
+        raise SettingMissing(name, f"is {value!r}: a number of seconds {bound}") from None
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -76,10 +121,9 @@ class Tool:
     def __init__(self) -> None:
         # Read when the tool is made (fresh for each run), so a setting changed since counts.
         if self.key_lifetime_setting:
-            seconds = float(getattr(settings, self.key_lifetime_setting))
-            self.key_lifetime = timedelta(seconds=seconds)
+            self.key_lifetime = timedelta(seconds=seconds_setting(self.key_lifetime_setting))
         if self.lookup_lag_setting:
-            self.lookup_lag = timedelta(seconds=float(getattr(settings, self.lookup_lag_setting)))
+            self.lookup_lag = timedelta(seconds=seconds_setting(self.lookup_lag_setting, zero=True))
 
     @property
     def timeout(self) -> float:

@@ -181,7 +181,69 @@ def test_tools_that_cannot_be_made_are_refused_with_why(monkeypatch: pytest.Monk
     monkeypatch.setattr("agentops.effects._registry.registry", odd)
     [refused] = effects.declarations()
     assert refused.id == "agentops.E116"
-    assert refused.msg == "the tools cannot be made: RuntimeError: PAYMENTS_BASE is not a URL"
+    assert refused.msg == "tool broken cannot be made: RuntimeError: PAYMENTS_BASE is not a URL"
+
+
+class GiftCards(effects.HttpTool):
+    """A tool of an app of one's own, whose settings are declared with it."""
+
+    name = "giftcard_issue"
+    description = "Issue a gift card."
+    schema = {"type": "object", "properties": {"order": {"type": "string"}}}
+    base_setting = "GIFTCARD_API_BASE"
+    key_lifetime_setting = "GIFTCARD_KEY_LIFETIME_SECONDS"
+    path = "/v1/cards"
+    key_field = "reference"
+    lookup_path = "/v1/cards"
+    evidence = ("id",)
+
+
+def own_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    odd = Registry()
+    odd.tools["giftcard_issue"] = GiftCards
+    monkeypatch.setattr("agentops.effects._checks.registry", odd)
+    monkeypatch.setattr("agentops.effects._registry.registry", odd)
+
+
+def test_a_tools_missing_setting_is_a_check_error_that_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not an AttributeError from deep inside: an error of the check framework that says
+    which setting, of which tool, and where it may be set; the other tools are still checked."""
+    own_app(monkeypatch)
+    monkeypatch.delenv("GIFTCARD_KEY_LIFETIME_SECONDS", raising=False)
+    monkeypatch.setenv("GIFTCARD_API_BASE", "http://127.0.0.1:9")
+    [refused] = effects.declarations()
+    assert refused.id == "agentops.E118"
+    assert refused.msg == (
+        "tool giftcard_issue: the setting GIFTCARD_KEY_LIFETIME_SECONDS is not set: set it in "
+        "your Django settings or as an environment variable of that name"
+    )
+    assert "GIFTCARD_KEY_LIFETIME_SECONDS=" in str(refused.hint)
+    monkeypatch.setenv("GIFTCARD_KEY_LIFETIME_SECONDS", "a day")
+    [refused] = effects.declarations()
+    assert "GIFTCARD_KEY_LIFETIME_SECONDS is 'a day', not a number of seconds" in refused.msg
+    with pytest.raises(effects.SettingMissing, match="GIFTCARD_KEY_LIFETIME_SECONDS"):
+        GiftCards()
+
+
+def test_a_tools_settings_are_read_from_the_environment_as_well(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An app's tool is configured without a settings module: the environment names its
+    provider and how long that provider keeps keys; Django's settings win where both do."""
+    own_app(monkeypatch)
+    monkeypatch.setenv("GIFTCARD_API_BASE", "http://127.0.0.1:9/")
+    monkeypatch.setenv("GIFTCARD_KEY_LIFETIME_SECONDS", "86400")
+    tool = GiftCards()
+    assert tool.key_lifetime == timedelta(days=1)
+    assert tool.url(tool.path, {}) == "http://127.0.0.1:9/v1/cards"
+    assert effects.declarations() == []
+    with override_settings(GIFTCARD_API_BASE="http://127.0.0.1:10"):
+        assert GiftCards().url("/v1/cards", {}) == "http://127.0.0.1:10/v1/cards"
+    monkeypatch.delenv("GIFTCARD_API_BASE")
+    [unset] = effects.declarations()
+    assert unset.id == "agentops.W117" and "GIFTCARD_API_BASE is not set" in unset.msg
 
 
 # --- Key lifetimes: a key outlives every request that may carry it --------------------------
@@ -315,7 +377,7 @@ def test_a_misdeclared_intent_is_refused_with_its_sentence(
     )
     monkeypatch.setattr("agentops.effects._intent.registry", odd)
     monkeypatch.setattr(
-        "agentops.effects._intent.tools", lambda: {"fine": Fine(), "reads": Reads()}
+        "agentops.effects._intent.tools_made", lambda: {"fine": Fine(), "reads": Reads()}
     )
     monkeypatch.setattr("agentops.effects._intent._intents", {"do_fine": a_intent()})
     assert effects.intent_checks() == []  # declared as it should be

@@ -73,6 +73,64 @@ def test_a_provider_left_unset_is_warned_about_at_start_up() -> None:
     assert "agentops.W117" in result.stderr and "BOOKINGS_API_BASE is not set" in result.stderr
 
 
+GIFTCARDS = """
+from agentops import effects
+
+
+@effects.register_tool
+class IssueCard(effects.HttpTool):
+    name = "giftcard_issue"
+    description = "Issue a gift card, once per order."
+    schema = effects.refs_object({"order": {"type": "string"}}, ["order"])
+    base_setting = "GIFTCARD_API_BASE"
+    key_lifetime_setting = "GIFTCARD_KEY_LIFETIME_SECONDS"
+    path = "/v1/cards"
+    key_field = "reference"
+    lookup_path = "/v1/cards"
+    evidence = ("id",)
+
+
+binds = {"giftcard_issue": (effects.Ref("order", "order"),)}
+effects.register_kind(effects.Kind("giftcard", "A card for an order.", IssueCard.schema, binds))
+
+
+@effects.register_playbook("giftcard")
+def giftcard(facts):
+    if not facts.steps:
+        return effects.Call("giftcard_issue", {"order": facts.refs["order"]})
+    return effects.Finish(facts.steps[-1].result_text())
+"""
+
+
+def test_your_own_app_is_installed_by_naming_it_without_a_settings_module(tmp_path: Path) -> None:
+    """AGENTOPS_APPS installs an app of one's own (found on PYTHONPATH), whose tool's settings
+    come from the environment; one left out is a check error that names it; a name that is not
+    one stops the start with a sentence."""
+    app = tmp_path / "giftcards"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "effects.py").write_text(GIFTCARDS)
+    env = {
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "AGENTOPS_APPS": "giftcards",
+        "GIFTCARD_API_BASE": "http://127.0.0.1:9",
+        "GIFTCARD_KEY_LIFETIME_SECONDS": "86400",
+    }
+    listed = _manage(
+        "shell", "-c", "from agentops.effects import kinds, tools; print(sorted(kinds()))", **env
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "'giftcard'" in listed.stdout
+    assert _manage("check", **env).returncode == 0
+    missing = _manage("check", **{**env, "GIFTCARD_KEY_LIFETIME_SECONDS": ""})
+    assert missing.returncode != 0
+    assert "agentops.E118" in missing.stderr and "Traceback" not in missing.stderr
+    assert "GIFTCARD_KEY_LIFETIME_SECONDS is '', not a number of seconds" in missing.stderr
+    wrong = _manage("check", **{**env, "AGENTOPS_APPS": "giftcards; rm -rf"})
+    assert wrong.returncode != 0
+    assert "AGENTOPS_APPS: 'giftcards; rm -rf' is not an app's dotted name" in wrong.stderr
+
+
 def test_production_settings_refuse_to_start_without_a_secret() -> None:
     result = _manage("check", DJANGO_DEBUG="0", DJANGO_SECRET_KEY="")
     assert result.returncode != 0
