@@ -1,12 +1,13 @@
 """agentops settings: every value the app reads from the environment is read here, once.
 
-The README lists each variable with what it does. Defaults suit the demo (`make run`),
-which points DATABASE_URL and REDIS_URL at the embedded servers it starts.
+Each variable is declared where it is read, with its kind, default and meaning
+(agentops/conf.py); docs/settings.md is written from those declarations
+(`python -m devtools.settings_table --write docs/settings.md`). Defaults suit the demo
+(`make run`), which points DATABASE_URL and REDIS_URL at the embedded servers it starts.
 """
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from ipaddress import ip_network
 from pathlib import Path
@@ -19,24 +20,32 @@ from django.core.checks.security.base import (
 )
 from django.core.exceptions import ImproperlyConfigured
 
+from agentops import shared_settings
+from agentops.conf import Section
 from agentops.logs import LogFormatRefused, logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def _env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
+_web = shared_settings.WEB
+_apps = Section("Apps")
+_data = Section("The database and Redis")
+_running = Section("Running tasks")
+_tools = shared_settings.TOOLS
+_planners = Section("Planners")
+_customers = Section("Customers and the HTTP API")
+_notify = Section("Notifications")
+_audit = Section("The provider audit")
+_retention = Section("Retention")
+_mcp = Section("The MCP server")
+_logs = shared_settings.LOGS
 
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return default if raw in (None, "") else float(raw)
-
-
-DEBUG = _env_bool("DJANGO_DEBUG", False)
+DEBUG = _web.flag(
+    "DJANGO_DEBUG",
+    False,
+    "Django debug mode, for development only. Off means production settings.",
+    shown="off (the tests turn it on unless you set it)",
+)
 
 
 def _weak_secret(key: str) -> str:
@@ -50,7 +59,14 @@ def _weak_secret(key: str) -> str:
     return ""
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+SECRET_KEY = _web.text(
+    "DJANGO_SECRET_KEY",
+    "",
+    "Required when `DJANGO_DEBUG` is off, and refused if weak (under 50 characters, under 5 "
+    "distinct ones, or `django-insecure-…`).",
+    shown="`make run`: generated once into `var/secrets/`",
+    kind="secret",
+)
 if not DEBUG:
     if not SECRET_KEY:
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off")
@@ -62,12 +78,16 @@ if not DEBUG:
 elif not SECRET_KEY:
     SECRET_KEY = "insecure-development-key-only-for-debug-runs"  # noqa: S105
 
-ALLOWED_HOSTS = [
-    h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",")
-]
-CSRF_TRUSTED_ORIGINS = [
-    o.strip() for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
-]
+ALLOWED_HOSTS = _web.names(
+    "DJANGO_ALLOWED_HOSTS",
+    ("localhost", "127.0.0.1"),
+    "Comma-separated host names the app answers to.",
+)
+CSRF_TRUSTED_ORIGINS = _web.names(
+    "DJANGO_CSRF_TRUSTED_ORIGINS",
+    (),
+    "Comma-separated origins (`https://ops.example.com`) trusted for CSRF, e.g. behind a proxy.",
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -99,7 +119,12 @@ INSTALLED_APPS = [
 # The example to copy (examples/support: support goodwill, on the public API alone), with its
 # own stand-in provider. The demo (`make run`) and the tests install it; a deployment does not
 # carry an example's kind unless it asks for it.
-if _env_bool("AGENTOPS_EXAMPLES", False):
+if _apps.flag(
+    "AGENTOPS_EXAMPLES",
+    False,
+    "Install the example app (`examples.support`, the `goodwill` kind) too.",
+    shown="off (`make run` and the tests: on)",
+):
     INSTALLED_APPS.append("examples.support")
 # Your own apps (README, "Your own app"): their dotted names, comma-separated, each an
 # importable package with an effects.py (found as admin.py is). An environment variable
@@ -107,8 +132,14 @@ if _env_bool("AGENTOPS_EXAMPLES", False):
 # server, the workers, the sweeper, `stack.py manage`) reads the same environment, ours
 # stays the one settings module, and a tool's own settings may be read from the environment
 # too (agentops.effects.tool_setting).
-AGENTOPS_APPS = [name.strip() for name in os.environ.get("AGENTOPS_APPS", "").split(",")]
-AGENTOPS_APPS = [name for name in AGENTOPS_APPS if name]
+AGENTOPS_APPS = _apps.names(
+    "AGENTOPS_APPS",
+    (),
+    "Your own apps, installed after agentops' own: their dotted names, comma-separated "
+    "(`giftcards,myco.returns`), each importable (on `PYTHONPATH`) with an `effects.py`. A "
+    "name that is not a dotted name stops the start with a sentence.",
+    shown="none",
+)
 for _app in AGENTOPS_APPS:
     if not all(part.isidentifier() for part in _app.split(".")):
         raise ImproperlyConfigured(
@@ -120,7 +151,13 @@ for _app in AGENTOPS_APPS:
 # The development tools (devtools/: the chaos run, the benchmark) are not shipped; their
 # commands (`manage.py chaos`, `manage.py bench`) exist only where this is set, as the
 # launcher's `chaos` and `bench` commands set it. A production process never imports them.
-if _env_bool("AGENTOPS_DEVTOOLS", False):
+if _apps.flag(
+    "AGENTOPS_DEVTOOLS",
+    False,
+    "`1` installs the development tools' Django app (`devtools`), whose commands are "
+    "`manage.py chaos` and `manage.py bench`; the launcher's `chaos` and `bench` commands set "
+    "it. Never set in production.",
+):
     INSTALLED_APPS.append("devtools")
 
 AUTHENTICATION_BACKENDS = [
@@ -173,7 +210,16 @@ TEMPLATES = [
 ]
 
 # PostgreSQL is the single source of truth (docs/design.md §4); nothing else is supported.
-DATABASE_URL = os.environ.get("DATABASE_URL", "")
+DATABASE_URL = _data.text(
+    "DATABASE_URL",
+    "",
+    "PostgreSQL as this process connects to it, `postgres://user:pass@host:port/db`: its "
+    "kind's role, which owns nothing. The app refuses to start without it.",
+    shown="started by `make run` / `make test` (the web server as `agentops_web`, the workers "
+    "and the sweeper as `agentops_worker`; `make test`, `stack.py manage` and the launcher's "
+    "own steps as `agentops_app`, which is both)",
+    kind="url",
+)
 if not DATABASE_URL:
     raise ImproperlyConfigured(
         "DATABASE_URL is not set. `make run` and `make test` start an embedded PostgreSQL and "
@@ -183,7 +229,16 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 # The role that owns the tables and runs migrations (agentops/dbroles.py). Give it only to
 # `manage.py migrate`: every other process connects as DATABASE_URL's role, which owns
 # nothing and may write the journal only through the functions its kind of process calls.
-DATABASE_OWNER_URL = os.environ.get("DATABASE_OWNER_URL", "")
+DATABASE_OWNER_URL = _data.text(
+    "DATABASE_OWNER_URL",
+    "",
+    "The role that owns the tables; `manage.py migrate` connects as it (the `owner` "
+    "connection) and then grants each role of `DATABASE_ROLES` what `agentops/dbroles.py` and "
+    "`journal/callers.py` list. Give it to `migrate` only. Unset: one role does everything, "
+    "and the database holds no rule against the app.",
+    shown="started by `make run` / `make test` (role `agentops_owner`)",
+    kind="url",
+)
 if DATABASE_OWNER_URL:
     DATABASES["owner"] = dj_database_url.parse(DATABASE_OWNER_URL, conn_max_age=0)
 
@@ -211,7 +266,16 @@ def _database_roles(text: str) -> dict[str, tuple[str, ...]]:
 # decisions), `runner` for the workers and the sweeper (leases, records, settlements). Each
 # process connects as its own through its DATABASE_URL.
 DATABASE_ROLES = _database_roles(
-    os.environ.get("DATABASE_ROLES", "agentops_web=people,agentops_worker=runner")
+    _data.text(
+        "DATABASE_ROLES",
+        "agentops_web=people,agentops_worker=runner",
+        "Each app role and the kinds of process that connect as it: `people` (the web server, "
+        "the HTTP API, the MCP server) or `runner` (the workers and the sweeper). `migrate` "
+        "grants each exactly what its kinds may do; a process whose `DATABASE_URL` role is "
+        "none of these fails `manage.py check` (agentops.E010).",
+        shown="`agentops_web=people,agentops_worker=runner` (`make run` and `make test` add "
+        "`agentops_app=people+runner`)",
+    )
 )
 DATABASE_ROUTERS = ["agentops.dbroles.MigrationRouter"]
 for _alias, _db in DATABASES.items():
@@ -219,7 +283,14 @@ for _alias, _db in DATABASES.items():
         raise ImproperlyConfigured("agentops needs PostgreSQL (its journal relies on triggers)")
 
 # Redis is only a doorbell: losing it loses no work (docs/design.md §4).
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_URL = _data.text(
+    "REDIS_URL",
+    "redis://127.0.0.1:6379/0",
+    "Redis for the RQ job queue, `redis://:password@host:port/db`.",
+    shown="started by `make run` / `make test`, with a password (the app alone: "
+    "`redis://127.0.0.1:6379/0`)",
+    kind="url",
+)
 RQ_QUEUES = {
     # Jobs carry ids only, as JSON: never pickle.
     "default": {
@@ -241,50 +312,109 @@ RQ = {
 RQ_SHOW_ADMIN_LINK = False
 
 # Running tasks (agentops/runner.py).
-PLANNER = os.environ.get("PLANNER", "scripted")  # scripted | anthropic | openai
+PLANNER = _running.text(
+    "PLANNER",
+    "scripted",
+    "Who decides each next step: `scripted` (the demo playbooks), `anthropic` or `openai`.",
+)
 # Seconds before each reconciliation round of an unknown step (journal Policy); when they
 # are used up the task needs a human. The default reaches past Stripe's search lag.
-RECONCILE_SCHEDULE = tuple(
-    float(s) for s in os.environ.get("RECONCILE_SCHEDULE", "1,2,5,15,30,60,120").split(",")
+RECONCILE_SCHEDULE = _running.seconds_list(
+    "RECONCILE_SCHEDULE",
+    (1.0, 2.0, 5.0, 15.0, 30.0, 60.0, 120.0),
+    "Seconds before each reconciliation round of an unknown step; when they are used up, the "
+    "task needs a human.",
 )
 # Seconds before each harness retry of a step that did not happen for a passing reason (the
 # provider could not be reached); when they are used up the planner decides with the facts.
-TRANSIENT_RETRY_SCHEDULE = tuple(
-    float(s) for s in os.environ.get("TRANSIENT_RETRY_SCHEDULE", "1,5,30").split(",") if s
+TRANSIENT_RETRY_SCHEDULE = _running.seconds_list(
+    "TRANSIENT_RETRY_SCHEDULE",
+    (1.0, 5.0, 30.0),
+    "Seconds before each harness retry of a step the provider could not take (connection "
+    "refused: nothing was sent); then the planner decides, or, for a name that never resolves "
+    "or a certificate that never verifies, an operator.",
 )
 # Runs in a row that may end without finishing cleanly (a crashed worker, a lost database)
 # before the task is handed to a human instead of being run again.
-MAX_FAILED_RUNS = int(os.environ.get("MAX_FAILED_RUNS", "5"))
+MAX_FAILED_RUNS = _running.integer(
+    "MAX_FAILED_RUNS",
+    5,
+    "Runs of a task in a row that may end without finishing cleanly (a killed worker, a lost "
+    "database) before it needs a human.",
+)
 # How long a saga held for a person's approval may wait for the decision (and then for its
 # use) before the request expires and the saga asks again: a weekend, and a day.
-APPROVAL_TTL_SECONDS = _env_float("APPROVAL_TTL_SECONDS", 3 * 24 * 3600.0)
-RUN_JOB_TIMEOUT_SECONDS = int(os.environ.get("RUN_JOB_TIMEOUT_SECONDS", "600"))
-SWEEP_INTERVAL_SECONDS = _env_float("SWEEP_INTERVAL_SECONDS", 5.0)
+APPROVAL_TTL_SECONDS = _running.seconds(
+    "APPROVAL_TTL_SECONDS",
+    3 * 24 * 3600.0,
+    "How long a saga held for an operator's approval may wait for the decision before the "
+    "request expires and the saga asks again.",
+    shown="`259200` (3 days)",
+)
+RUN_JOB_TIMEOUT_SECONDS = _running.integer(
+    "RUN_JOB_TIMEOUT_SECONDS", 600, "RQ's limit on one run of a task (many steps), in seconds."
+)
+SWEEP_INTERVAL_SECONDS = _running.seconds(
+    "SWEEP_INTERVAL_SECONDS", 5.0, "How often the sweeper looks for runnable tasks nobody runs."
+)
 # A task enqueued this recently is not enqueued again by the sweeper (the doorbell's echo).
-SWEEP_GRACE_SECONDS = _env_float("SWEEP_GRACE_SECONDS", 30.0)
+SWEEP_GRACE_SECONDS = _running.seconds(
+    "SWEEP_GRACE_SECONDS",
+    30.0,
+    "A task rung for this recently is not rung again by the sweeper.",
+    shown="`30` (tests: `1`)",
+)
 # A task the sweeper rang for that no run has taken since is rung again after a pause that
 # doubles from SWEEP_GRACE_SECONDS up to this: a queue that waits for stalled workers does not
 # fill with copies of one run, and a lost job is still found again.
-SWEEP_BACKOFF_MAX_SECONDS = _env_float("SWEEP_BACKOFF_MAX_SECONDS", 600.0)
+SWEEP_BACKOFF_MAX_SECONDS = _running.seconds(
+    "SWEEP_BACKOFF_MAX_SECONDS",
+    600.0,
+    "A task the sweeper rang for that no run has taken since (stalled workers, a lost job) is "
+    "rung again after a pause that doubles from `SWEEP_GRACE_SECONDS` up to this.",
+)
 # Wrappers the runner's tools go through (agentops.tools.tools_wrapped), as dotted paths,
 # comma-separated. None in production: the chaos run arms its workers with a fault
 # (devtools.chaos.kill), and nothing else is meant to be here.
-TOOL_WRAPPERS = [
-    p.strip() for p in os.environ.get("AGENTOPS_TOOL_WRAPPERS", "").split(",") if p.strip()
-]
+TOOL_WRAPPERS = _running.names(
+    "AGENTOPS_TOOL_WRAPPERS",
+    (),
+    "Dotted paths, comma-separated, of wrappers the runner's tools go through "
+    "(`agentops.tools.tools_wrapped`). Empty in production; the chaos run and the worker tests "
+    "arm a worker with `devtools.chaos.kill.dying`.",
+)
 # Wrappers the planner goes through (agentops.planners.planner_get), the same way. None in
 # production: the chaos run gives its workers a model that slips (devtools.chaos.model).
-PLANNER_WRAPPERS = [
-    p.strip() for p in os.environ.get("AGENTOPS_PLANNER_WRAPPERS", "").split(",") if p.strip()
-]
+PLANNER_WRAPPERS = _running.names(
+    "AGENTOPS_PLANNER_WRAPPERS",
+    (),
+    "Dotted paths, comma-separated, of wrappers the planner goes through "
+    "(`agentops.planners.planner_get`). Empty in production; the chaos run gives its safe "
+    "harness's workers `devtools.chaos.model.misbehaving`.",
+)
 
 # The journal (see journal/README.md). A task's lease lasts this long past its holder's last
 # journal write; it must exceed the longest tool call, so a live runner never loses it.
-JOURNAL_LEASE_SECONDS = _env_float("JOURNAL_LEASE_SECONDS", 60.0)
+JOURNAL_LEASE_SECONDS = _running.seconds(
+    "JOURNAL_LEASE_SECONDS",
+    60.0,
+    "How long a task's lease lasts past its holder's last journal write. It must exceed the "
+    "longest tool call or lookup (a system check refuses it otherwise); before asking a model "
+    "the runner stretches it by the planner's worst case. The app's database sessions also "
+    "end when idle inside a transaction this long (a worker stopped mid-write would otherwise "
+    "keep its task's row locked).",
+    shown="`60` (tests: `2`)",
+)
 # The journal's per-step statements are prepared on the server (journal/db.py): parsed and
 # planned once per connection. Off only behind a pooler in transaction mode that cannot keep
 # a session's prepared statements (PgBouncer before 1.21).
-JOURNAL_PREPARED_STATEMENTS = _env_bool("JOURNAL_PREPARED_STATEMENTS", True)
+JOURNAL_PREPARED_STATEMENTS = _running.flag(
+    "JOURNAL_PREPARED_STATEMENTS",
+    True,
+    "The journal's per-step statements are prepared on the server, parsed and planned once "
+    "per connection. Off only behind a pooler in transaction mode that cannot keep a "
+    "session's prepared statements (PgBouncer before 1.21).",
+)
 
 
 def session_options(lease_seconds: float) -> dict[str, str]:
@@ -316,45 +446,133 @@ DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 0 if JOURNAL_PREPARED_STA
 # Tools (agentops/tools/). Each provider's address, credentials and how long it remembers
 # idempotency keys. An empty *_API_BASE means the real service (Stripe); the sandbox
 # providers (sandbox/) stand in for all three in the demo and the tests.
-TOOL_TIMEOUT_SECONDS = _env_float("TOOL_TIMEOUT_SECONDS", 5.0)
-# Per-tool overrides, "charge_customer=8,send_email=3".
-TOOL_TIMEOUTS = {
-    name.strip(): float(seconds)
-    for name, _, seconds in (
-        item.partition("=") for item in os.environ.get("TOOL_TIMEOUTS", "").split(",")
-    )
-    if name.strip()
-}
-STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "")
-STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "")
-STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
+TOOL_TIMEOUT_SECONDS = _tools.seconds(
+    "TOOL_TIMEOUT_SECONDS",
+    5.0,
+    "How long a tool call waits for its provider before its outcome is `unknown`; a lookup "
+    "gets the same time for all its requests.",
+)
+TOOL_TIMEOUTS = _tools.seconds_by_name(
+    "TOOL_TIMEOUTS", "Per-tool overrides, e.g. `charge_customer=8,send_email=3`."
+)
+STRIPE_API_KEY = _tools.text(
+    "STRIPE_API_KEY", "", "Stripe secret key (`sk_test_…` for test mode).", kind="secret"
+)
+STRIPE_API_BASE = _tools.text(
+    "STRIPE_API_BASE",
+    "",
+    "Address of a Stripe-compatible API, e.g. the sandbox.",
+    shown="empty (= the real Stripe)",
+    kind="url",
+)
+STRIPE_WEBHOOK_SECRET = _tools.text(
+    "STRIPE_WEBHOOK_SECRET",
+    "",
+    "The endpoint's signing secret (`whsec_…`); `POST /webhooks/stripe` verifies every event "
+    "with it, and the worker that applies it verifies it again.",
+    shown="empty (webhooks refused)",
+    kind="secret",
+)
 # A web server given no secret at all, on purpose: it stores every well-formed, signed event,
 # and only the workers (which have STRIPE_WEBHOOK_SECRET) verify and apply them, so even a
 # web server taken over cannot sign one (commerce/webhooks.py). Off: a web server without the
 # secret refuses every event, saying so.
-STRIPE_WEBHOOK_CHECKED_BY_WORKERS = _env_bool("STRIPE_WEBHOOK_CHECKED_BY_WORKERS", False)
-STRIPE_KEY_LIFETIME_SECONDS = _env_float("STRIPE_KEY_LIFETIME_SECONDS", 24 * 3600.0)
-STRIPE_SEARCH_LAG_SECONDS = _env_float("STRIPE_SEARCH_LAG_SECONDS", 60.0)
-STRIPE_MAX_NETWORK_RETRIES = int(os.environ.get("STRIPE_MAX_NETWORK_RETRIES", "0"))
-MAIL_API_BASE = os.environ.get("MAIL_API_BASE", "")
-MAIL_API_KEY = os.environ.get("MAIL_API_KEY", "")
-MAIL_KEY_LIFETIME_SECONDS = _env_float("MAIL_KEY_LIFETIME_SECONDS", 24 * 3600.0)
-BOOKINGS_API_BASE = os.environ.get("BOOKINGS_API_BASE", "")
-BOOKINGS_API_KEY = os.environ.get("BOOKINGS_API_KEY", "")
-BOOKINGS_KEY_LIFETIME_SECONDS = _env_float("BOOKINGS_KEY_LIFETIME_SECONDS", 24 * 3600.0)
-SUPPORT_API_BASE = os.environ.get("SUPPORT_API_BASE", "")
-SUPPORT_KEY_LIFETIME_SECONDS = _env_float("SUPPORT_KEY_LIFETIME_SECONDS", 24 * 3600.0)
+STRIPE_WEBHOOK_CHECKED_BY_WORKERS = _tools.flag(
+    "STRIPE_WEBHOOK_CHECKED_BY_WORKERS",
+    False,
+    "`1`: the web server holds no webhook secret; it stores every well-formed signed event, "
+    "and the workers (which hold `STRIPE_WEBHOOK_SECRET`) verify and apply it.",
+)
+STRIPE_KEY_LIFETIME_SECONDS = _tools.seconds(
+    "STRIPE_KEY_LIFETIME_SECONDS",
+    24 * 3600.0,
+    "How long Stripe remembers idempotency keys; retries happen only within 90% of it.",
+)
+STRIPE_SEARCH_LAG_SECONDS = _tools.seconds(
+    "STRIPE_SEARCH_LAG_SECONDS",
+    60.0,
+    "How long Stripe's search may trail writes; a dead-key lookup keeps looking this long.",
+)
+STRIPE_MAX_NETWORK_RETRIES = _tools.integer(
+    "STRIPE_MAX_NETWORK_RETRIES",
+    0,
+    "The stripe library's own retries (same key). Leave at 0 so the journal sees every "
+    'attempt; above 0, a refused connection can no longer prove "not done".',
+)
+MAIL_API_BASE = _tools.text(
+    "MAIL_API_BASE",
+    "",
+    "The mail provider's API (the sandbox's `python -m sandbox.mail`).",
+    kind="url",
+)
+MAIL_API_KEY = _tools.text("MAIL_API_KEY", "", "The mail provider's API key.", kind="secret")
+MAIL_KEY_LIFETIME_SECONDS = _tools.seconds(
+    "MAIL_KEY_LIFETIME_SECONDS",
+    24 * 3600.0,
+    "How long the mail provider remembers idempotency keys.",
+)
+BOOKINGS_API_BASE = _tools.text(
+    "BOOKINGS_API_BASE",
+    "",
+    "The bookings provider's API (the sandbox's `python -m sandbox.bookings`).",
+    kind="url",
+)
+BOOKINGS_API_KEY = _tools.text(
+    "BOOKINGS_API_KEY", "", "The bookings provider's API key.", kind="secret"
+)
+BOOKINGS_KEY_LIFETIME_SECONDS = _tools.seconds(
+    "BOOKINGS_KEY_LIFETIME_SECONDS",
+    24 * 3600.0,
+    "How long the bookings provider remembers idempotency keys.",
+)
+SUPPORT_API_BASE = _tools.text(
+    "SUPPORT_API_BASE",
+    "",
+    "The example app's support provider (`python -m examples.support.sandbox`).",
+    shown="empty (`make run`: its sandbox)",
+    kind="url",
+)
+SUPPORT_KEY_LIFETIME_SECONDS = _tools.seconds(
+    "SUPPORT_KEY_LIFETIME_SECONDS",
+    24 * 3600.0,
+    "How long the support provider remembers idempotency keys.",
+)
 
 # Planners (agentops/planners/): the model adapters. An empty *_BASE_URL means the vendor's
 # own API; set it to any compatible server (for OpenAI: vLLM, Ollama, a gateway, ...).
-ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
-ANTHROPIC_MODEL = os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-5-5")
-ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL", "")
-OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
-OPENAI_MODEL = os.environ.get("OPENAI_MODEL", "gpt-4.1")
-OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
-PLANNER_MAX_TOKENS = int(os.environ.get("PLANNER_MAX_TOKENS", "1024"))
-PLANNER_TIMEOUT_SECONDS = _env_float("PLANNER_TIMEOUT_SECONDS", 60.0)
+ANTHROPIC_API_KEY = _planners.text(
+    "ANTHROPIC_API_KEY", "", "API key of the `anthropic` planner.", kind="secret"
+)
+ANTHROPIC_MODEL = _planners.text(
+    "ANTHROPIC_MODEL", "claude-sonnet-5-5", "Model the `anthropic` planner asks."
+)
+ANTHROPIC_BASE_URL = _planners.text(
+    "ANTHROPIC_BASE_URL",
+    "",
+    "Address of an Anthropic-compatible Messages API.",
+    shown="empty (= the real Anthropic API)",
+    kind="url",
+)
+OPENAI_API_KEY = _planners.text(
+    "OPENAI_API_KEY", "", "API key of the `openai` planner.", kind="secret"
+)
+OPENAI_MODEL = _planners.text("OPENAI_MODEL", "gpt-4.1", "Model the `openai` planner asks.")
+OPENAI_BASE_URL = _planners.text(
+    "OPENAI_BASE_URL",
+    "",
+    "Address of any OpenAI-compatible Chat Completions server, e.g. `http://localhost:8000/v1`.",
+    shown="empty (= the real OpenAI API)",
+    kind="url",
+)
+PLANNER_MAX_TOKENS = _planners.integer(
+    "PLANNER_MAX_TOKENS", 1024, "Most tokens a planner lets the model answer with."
+)
+PLANNER_TIMEOUT_SECONDS = _planners.seconds(
+    "PLANNER_TIMEOUT_SECONDS",
+    60.0,
+    "How long a planner waits for the model (the SDK retries twice: a model call has no side "
+    "effects).",
+)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -371,7 +589,16 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 # `manage.py collectstatic` (make run does it) fills this; WhiteNoise serves it.
-STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", "") or BASE_DIR / "var" / "staticfiles")
+STATIC_ROOT = Path(
+    _web.text(
+        "DJANGO_STATIC_ROOT",
+        "",
+        "Where `collectstatic` puts the static files WhiteNoise serves.",
+        shown="`var/staticfiles`",
+        kind="path",
+    )
+    or BASE_DIR / "var" / "staticfiles"
+)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
@@ -384,8 +611,14 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "agentops.errors.CredentialFilter"
 # Login throttling (django-axes): after LOGIN_FAILURE_LIMIT failed logins from one address,
 # that address may not log in for LOGIN_LOCKOUT_MINUTES (a success resets the count). The
 # address is the peer's, or with DJANGO_BEHIND_PROXY what the proxy saw (agentops/access.py).
-AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
-AXES_COOLOFF_TIME = timedelta(minutes=_env_float("LOGIN_LOCKOUT_MINUTES", 15.0))
+AXES_FAILURE_LIMIT = _web.integer(
+    "LOGIN_FAILURE_LIMIT", 5, "Failed logins from one address before it is locked out."
+)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=_web.number(
+        "LOGIN_LOCKOUT_MINUTES", 15.0, "How long (minutes) a locked-out address may not log in."
+    )
+)
 AXES_LOCKOUT_PARAMETERS = ["ip_address"]
 AXES_CLIENT_IP_CALLABLE = "agentops.access.client_ip"
 AXES_RESET_ON_SUCCESS = True
@@ -397,65 +630,145 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "operators:tasks"
 LOGOUT_REDIRECT_URL = "login"
 # How long a customer's payment link (agentops/customers) stays valid.
-CUSTOMER_LINK_MAX_AGE_DAYS = int(os.environ.get("CUSTOMER_LINK_MAX_AGE_DAYS", "30"))
+CUSTOMER_LINK_MAX_AGE_DAYS = _customers.integer(
+    "CUSTOMER_LINK_MAX_AGE_DAYS", 30, "How many days a customer's payment-page link stays valid."
+)
 # How often a customer may press "Try paying again" (agentops/customers/services.py): at
 # most CUSTOMER_RETRY_LIMIT new attempts per invoice (at least 1) in any
 # CUSTOMER_RETRY_WINDOW_SECONDS; then 429, saying when. Counted in PostgreSQL (the renewals
 # the customer started) under the invoice's lock, so it holds across processes and machines;
 # a link names one invoice, so it bounds each link too. An operator's retry from the task
 # page is permissioned and recorded with their name instead, and is not counted.
-CUSTOMER_RETRY_LIMIT = int(os.environ.get("CUSTOMER_RETRY_LIMIT", "3"))
-CUSTOMER_RETRY_WINDOW_SECONDS = int(os.environ.get("CUSTOMER_RETRY_WINDOW_SECONDS", "3600"))
+CUSTOMER_RETRY_LIMIT = _customers.integer(
+    "CUSTOMER_RETRY_LIMIT",
+    3,
+    "How many times a customer may try paying an invoice again from its page within "
+    "`CUSTOMER_RETRY_WINDOW_SECONDS` (a refused card counts); then 429, saying when.",
+)
+CUSTOMER_RETRY_WINDOW_SECONDS = _customers.integer(
+    "CUSTOMER_RETRY_WINDOW_SECONDS", 3600, "The window of `CUSTOMER_RETRY_LIMIT`, in seconds."
+)
 # Where customers open their payment page, for the link in their emails (receipt, payment
 # failed, itinerary); empty: AGENTOPS_BASE_URL.
-CUSTOMER_BASE_URL = os.environ.get("CUSTOMER_BASE_URL", "").rstrip("/")
+CUSTOMER_BASE_URL = _customers.text(
+    "CUSTOMER_BASE_URL",
+    "",
+    "Where customers open their payment page (`https://pay.example.com`): put before the "
+    "link in the receipt, payment-failed and itinerary emails. With neither set, the emails "
+    "carry the path alone.",
+    shown="empty (= `AGENTOPS_BASE_URL`)",
+    kind="url",
+).rstrip("/")
 # Who the customer's page says they are paying, and how to reach them (an expired link, a
 # question): shown on every customer page.
-MERCHANT_NAME = os.environ.get("MERCHANT_NAME", "agentops demo shop")
-MERCHANT_EMAIL = os.environ.get("MERCHANT_EMAIL", "billing@example.com")
-MERCHANT_PHONE = os.environ.get("MERCHANT_PHONE", "")
+MERCHANT_NAME = _customers.text(
+    "MERCHANT_NAME", "agentops demo shop", "Who the customer's pages say they are paying."
+)
+MERCHANT_EMAIL = _customers.text(
+    "MERCHANT_EMAIL",
+    "billing@example.com",
+    "The contact every customer's page gives (a question, a new link).",
+)
+MERCHANT_PHONE = _customers.text(
+    "MERCHANT_PHONE",
+    "",
+    "A phone number the customer's pages give beside the email, when set.",
+)
 
 # The HTTP API for other programs (agentops/api). Requests a client's token may make per
 # minute, counted in PostgreSQL on the client's own row (a fixed window by the database's
 # clock), so it holds across gunicorn workers and machines; then 429 with Retry-After.
-API_RATE_LIMIT = int(os.environ.get("API_RATE_LIMIT", "120"))
+API_RATE_LIMIT = _customers.integer(
+    "API_RATE_LIMIT",
+    120,
+    "Requests one HTTP API client's token may make per minute (a fixed window by "
+    "PostgreSQL's clock, across all workers); then 429 with `Retry-After`.",
+)
 # How long an Idempotency-Key and the first answer to it are kept: a retry with the key
 # within this gets that answer replayed; after it, the key starts afresh.
-API_IDEMPOTENCY_TTL_SECONDS = int(os.environ.get("API_IDEMPOTENCY_TTL_SECONDS", "86400"))
+API_IDEMPOTENCY_TTL_SECONDS = _customers.integer(
+    "API_IDEMPOTENCY_TTL_SECONDS",
+    86400,
+    "How long an HTTP API client's `Idempotency-Key` and the first answer to it are kept; a "
+    "retry with the key within this gets that answer replayed, after it the key starts "
+    "afresh.",
+)
 
 # Notifications out (agentops/notifications, README "Notifications"): NOTIFY_URL is told, by a
 # signed JSON POST, of each event in NOTIFY_EVENTS. Empty: nothing is sent, nor recorded.
-NOTIFY_URL = os.environ.get("NOTIFY_URL", "").strip()
+NOTIFY_URL = _notify.text(
+    "NOTIFY_URL",
+    "",
+    "Your endpoint, told by a signed JSON `POST` of each event of `NOTIFY_EVENTS` "
+    '("Notifications").',
+    shown="empty (nothing sent, nothing recorded)",
+    kind="url",
+).strip()
 # The HMAC-SHA256 key of the Agentops-Signature header; required when NOTIFY_URL is set.
-NOTIFY_SECRET = os.environ.get("NOTIFY_SECRET", "")
+NOTIFY_SECRET = _notify.text(
+    "NOTIFY_SECRET",
+    "",
+    "The key of the `Agentops-Signature` HMAC, which your endpoint checks. Required with "
+    "`NOTIFY_URL`: agentops refuses to start with the address and no secret.",
+    kind="secret",
+)
 NOTIFY_EVENTS = tuple(
-    e.strip()
-    for e in os.environ.get(
-        "NOTIFY_EVENTS", "needs_human,awaiting_approval,finished,compensated"
-    ).split(",")
-    if e.strip()
+    _notify.names(
+        "NOTIFY_EVENTS",
+        ("needs_human", "awaiting_approval", "finished", "compensated"),
+        "Which status changes are sent.",
+    )
 )
 # How long the receiver remembers an Idempotency-Key; a delivery is retried (same key) only
 # within 90 % of it, counted from the event.
-NOTIFY_KEY_LIFETIME_SECONDS = _env_float("NOTIFY_KEY_LIFETIME_SECONDS", 24 * 3600.0)
+NOTIFY_KEY_LIFETIME_SECONDS = _notify.seconds(
+    "NOTIFY_KEY_LIFETIME_SECONDS",
+    24 * 3600.0,
+    "How long your endpoint keeps the `Idempotency-Key`s it acted on; a notification is sent "
+    "again only within 90 % of it, counted from the event.",
+)
 # Seconds before each retry of a delivery whose answer was not a 2xx or a refusal; the last
 # repeats until the key's life ends.
-NOTIFY_RETRY_SCHEDULE = tuple(
-    float(s)
-    for s in os.environ.get("NOTIFY_RETRY_SCHEDULE", "5,30,120,600,1800,3600").split(",")
-    if s.strip()
+NOTIFY_RETRY_SCHEDULE = _notify.seconds_list(
+    "NOTIFY_RETRY_SCHEDULE",
+    (5.0, 30.0, 120.0, 600.0, 1800.0, 3600.0),
+    "Seconds before each new attempt of a notification whose answer was not 2xx or a refusal "
+    "(or that could not be sent); the last repeats while the key is trusted.",
 )
-NOTIFY_TIMEOUT_SECONDS = _env_float("NOTIFY_TIMEOUT_SECONDS", 5.0)
+NOTIFY_TIMEOUT_SECONDS = _notify.seconds(
+    "NOTIFY_TIMEOUT_SECONDS",
+    5.0,
+    "How long an attempt waits to connect, and then for the answer, before its outcome is "
+    "`unknown`.",
+)
 
 # The provider audit (agentops/audit, README "The provider audit"). Each provider an app
 # declares an audit for is audited this often, through RQ's scheduler (0: only by hand,
 # `manage.py audit_providers`), over the effects of this far back (each audit overlaps the
 # last: what a provider shows late is still seen).
-AUDIT_INTERVAL_SECONDS = _env_float("AUDIT_INTERVAL_SECONDS", 24 * 3600.0)
-AUDIT_WINDOW_SECONDS = _env_float("AUDIT_WINDOW_SECONDS", 2 * 24 * 3600.0)
+AUDIT_INTERVAL_SECONDS = _audit.seconds(
+    "AUDIT_INTERVAL_SECONDS",
+    24 * 3600.0,
+    "How often each provider's records are audited against the journal, through RQ's "
+    'scheduler ("The provider audit"); `0`: only by hand (`manage.py audit_providers`).',
+    shown="`86400` (tests: `0`)",
+)
+AUDIT_WINDOW_SECONDS = _audit.seconds(
+    "AUDIT_WINDOW_SECONDS",
+    2 * 24 * 3600.0,
+    "How far back each scheduled audit, and each after a provider's restart, looks. At least "
+    "`AUDIT_INTERVAL_SECONDS` (a system check refuses less).",
+    shown="`172800` (2 days)",
+)
 # How often the sweeper asks each provider who answers (a provider that can say: the
 # sandboxes); a new run at the same address is a restart, audited at once (0: never asked).
-AUDIT_RESTART_CHECK_SECONDS = _env_float("AUDIT_RESTART_CHECK_SECONDS", 60.0)
+AUDIT_RESTART_CHECK_SECONDS = _audit.seconds(
+    "AUDIT_RESTART_CHECK_SECONDS",
+    60.0,
+    "How often the sweeper asks each provider which run of it answers (the sandboxes can "
+    "say); a new one at the same address is a restart, audited at once. `0`: never asked.",
+    shown="`60` (tests: `0`)",
+)
 
 # The journal's retention (docs/design.md §17, README "Retention"). Tasks, steps and entries are
 # partitioned by when each task was made, in ranges this wide, made this many ranges ahead; a
@@ -464,36 +777,89 @@ AUDIT_RESTART_CHECK_SECONDS = _env_float("AUDIT_RESTART_CHECK_SECONDS", 60.0)
 # 0 keeps the journal for good. What the guards need for good (which objects have a standing
 # once-only effect, with its evidence) is never dropped. Width, ahead and keep are written to
 # the database by `migrate`, as the tables' owner: the app's role cannot shorten the keep.
-JOURNAL_PARTITION_SECONDS = _env_float("JOURNAL_PARTITION_SECONDS", 7 * 24 * 3600.0)
-JOURNAL_PARTITIONS_AHEAD = int(os.environ.get("JOURNAL_PARTITIONS_AHEAD", "4"))
-JOURNAL_RETAIN_SECONDS = _env_float("JOURNAL_RETAIN_SECONDS", 90 * 24 * 3600.0)
-JOURNAL_RETENTION_INTERVAL_SECONDS = _env_float("JOURNAL_RETENTION_INTERVAL_SECONDS", 24 * 3600.0)
+JOURNAL_PARTITION_SECONDS = _retention.seconds(
+    "JOURNAL_PARTITION_SECONDS",
+    7 * 24 * 3600.0,
+    'How wide each new range of the journal is ("Retention"); written to the database by '
+    "`migrate`. A range made before keeps its width.",
+    shown="`604800` (a week)",
+)
+JOURNAL_PARTITIONS_AHEAD = _retention.integer(
+    "JOURNAL_PARTITIONS_AHEAD", 4, "How many ranges are made ahead of now."
+)
+JOURNAL_RETAIN_SECONDS = _retention.seconds(
+    "JOURNAL_RETAIN_SECONDS",
+    90 * 24 * 3600.0,
+    "How long a range is kept after it ends, and after anything last happened to its tasks, "
+    "before it may be dropped; `0`: kept for good. Written by `migrate`, as the tables' owner.",
+    shown="`7776000` (90 days)",
+)
+JOURNAL_RETENTION_INTERVAL_SECONDS = _retention.seconds(
+    "JOURNAL_RETENTION_INTERVAL_SECONDS",
+    24 * 3600.0,
+    "How often the sweeper rings for the retention job; `0`: only by hand "
+    "(`manage.py journal_retain`).",
+    shown="`86400` (tests: `0`)",
+)
 # Where the job writes each range before it drops it (journal-<range>.jsonl.gz), if anywhere.
-JOURNAL_ARCHIVE_DIR = os.environ.get("JOURNAL_ARCHIVE_DIR", "")
+JOURNAL_ARCHIVE_DIR = _retention.text(
+    "JOURNAL_ARCHIVE_DIR",
+    "",
+    "Where the retention job writes each range (`journal-<range>.jsonl.gz`, one JSON object a "
+    "row) before it drops it; empty: not archived.",
+    kind="path",
+)
 
 # The MCP server (agentops/mcp, `manage.py mcp_server`). How long an intent's call waits for its
 # task to settle the effect before it answers with what is known (unknown, and being checked).
-MCP_WAIT_SECONDS = _env_float("MCP_WAIT_SECONDS", 10.0)
-# On stdio, the API client (with the `mcp` scope) every call is made as.
-MCP_CLIENT = os.environ.get("MCP_CLIENT", "")
-# Streamable HTTP: loopback unless said otherwise.
-MCP_HOST = os.environ.get("MCP_HOST", "127.0.0.1")
-MCP_PORT = int(os.environ.get("MCP_PORT", "8765"))
+MCP_WAIT_SECONDS = _mcp.seconds(
+    "MCP_WAIT_SECONDS",
+    10.0,
+    "How long an intent's call waits for its task to settle the effect before it answers "
+    "with what is known (unknown, and being checked).",
+)
+MCP_CLIENT = _mcp.text(
+    "MCP_CLIENT",
+    "",
+    "On stdio, the API client (with the `mcp` scope) every call is made as, unless "
+    "`--client` names one.",
+)
+MCP_HOST = _mcp.text(
+    "MCP_HOST",
+    "127.0.0.1",
+    "Streamable HTTP: the address the server listens on, unless `--host` names one.",
+)
+MCP_PORT = _mcp.integer(
+    "MCP_PORT", 8765, "Streamable HTTP: the port the server listens on, unless `--port` names one."
+)
 
 # A client's X-Forwarded-Proto is believed only when an operator says a proxy is in front
 # (one that sets the header itself and drops what clients send). The gunicorn settings
 # (agentops/gunicorn_conf.py) read the same variable.
-BEHIND_PROXY = _env_bool("DJANGO_BEHIND_PROXY", False)
+BEHIND_PROXY = shared_settings.behind_proxy()
 if BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # Off only for `make run`, which serves plain HTTP on this machine's loopback.
-HTTPS = _env_bool("DJANGO_HTTPS", True)
+HTTPS = _web.flag(
+    "DJANGO_HTTPS",
+    True,
+    "With debug off: HTTPS redirect, HSTS and secure-only cookies. Off serves plain HTTP and "
+    "is allowed only when every allowed host is loopback.",
+    shown="on (`make run`: off)",
+)
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]"}
+# Read whatever the mode, so both are declared (agentops/conf.py); used only in production.
+_ssl_redirect = _web.flag(
+    "DJANGO_SECURE_SSL_REDIRECT", True, "With debug off and HTTPS on: redirect HTTP to HTTPS."
+)
+_hsts_seconds = _web.integer(
+    "DJANGO_HSTS_SECONDS", 31536000, "With debug off and HTTPS on: HSTS max-age."
+)
 if not DEBUG and HTTPS:
     # Production: `manage.py check --deploy` is clean with these.
-    SECURE_SSL_REDIRECT = _env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
-    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", "31536000"))
+    SECURE_SSL_REDIRECT = _ssl_redirect
+    SECURE_HSTS_SECONDS = _hsts_seconds
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
@@ -506,8 +872,8 @@ elif not DEBUG and not set(ALLOWED_HOSTS) <= LOOPBACK_HOSTS:
 
 # Logs (agentops/logs.py): one JSON object per line, each line about a step naming its task,
 # key, tool and state; `make run` sets LOG_FORMAT=text for its terminal.
-LOG_FORMAT = os.environ.get("LOG_FORMAT", "") or "json"
-LOG_LEVEL = os.environ.get("LOG_LEVEL", "") or "INFO"
+LOG_FORMAT = shared_settings.log_format()
+LOG_LEVEL = shared_settings.log_level()
 try:
     LOGGING = logging_config(fmt=LOG_FORMAT, level=LOG_LEVEL)
 except LogFormatRefused as refused:
@@ -517,15 +883,27 @@ except LogFormatRefused as refused:
 # networks (as agentops.access.client_ip sees the caller); anyone else needs an API client's
 # token with the scope metrics:read. PROMETHEUS_MULTIPROC_DIR, read by prometheus_client
 # itself, must be set in the environment of every process (README, "Operating agentops").
-METRICS_ALLOWED_ADDRESSES = [
-    a.strip()
-    for a in os.environ.get("METRICS_ALLOWED_ADDRESSES", "127.0.0.1,::1").split(",")
-    if a.strip()
-]
+METRICS_ALLOWED_ADDRESSES = _logs.names(
+    "METRICS_ALLOWED_ADDRESSES",
+    ("127.0.0.1", "::1"),
+    "Comma-separated addresses or networks (`10.0.0.0/8`) `/metrics` is served to without a "
+    "token, as the caller's address is seen (behind `DJANGO_BEHIND_PROXY`, the one the proxy "
+    "saw). Anyone else needs an API client's token with the scope `metrics:read`.",
+)
 try:
     METRICS_ALLOWED_NETWORKS = [ip_network(a, strict=False) for a in METRICS_ALLOWED_ADDRESSES]
 except ValueError as bad:
     raise ImproperlyConfigured(f"METRICS_ALLOWED_ADDRESSES: {bad}") from None
 # Where people open the operators' pages (https://ops.example.com): the alerts link there
 # (exposed as agentops_info{base_url}).
-AGENTOPS_BASE_URL = os.environ.get("AGENTOPS_BASE_URL", "").rstrip("/")
+AGENTOPS_BASE_URL = _logs.text(
+    "AGENTOPS_BASE_URL",
+    "",
+    "Where people open the operators' pages (`https://ops.example.com`): the alerts' links, "
+    "through `agentops_info{base_url}`.",
+    shown="empty (`make run`: its address)",
+    kind="url",
+).rstrip("/")
+# PROMETHEUS_MULTIPROC_DIR is read by prometheus-client itself (and by gunicorn's child_exit
+# and the metrics' check): declared with what it means, though no setting holds it.
+shared_settings.metrics_dir()

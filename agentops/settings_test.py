@@ -19,6 +19,7 @@ os.environ.setdefault("SUPPORT_API_BASE", "http://127.0.0.1:9")
 if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="agentops-metrics-")
 
+from agentops import conf  # noqa: E402
 from agentops.settings import *  # noqa: E402, F403
 
 # Passwords in tests need not resist attackers, only be quick to check.
@@ -33,11 +34,18 @@ SWEEP_GRACE_SECONDS = 1.0
 
 # No audit runs on its own in the processes the tests start (an audit over days of other
 # tests' steps would hand their tasks to a person): the audit's own tests run it, or set these.
-AUDIT_INTERVAL_SECONDS = float(os.environ.get("AUDIT_INTERVAL_SECONDS", "0"))
-AUDIT_RESTART_CHECK_SECONDS = float(os.environ.get("AUDIT_RESTART_CHECK_SECONDS", "0"))
+# A value set in the environment is kept, as the settings read it.
+AUDIT_INTERVAL_SECONDS = (
+    AUDIT_INTERVAL_SECONDS if conf.raw("AUDIT_INTERVAL_SECONDS") else 0.0  # noqa: F405
+)
+AUDIT_RESTART_CHECK_SECONDS = (
+    AUDIT_RESTART_CHECK_SECONDS if conf.raw("AUDIT_RESTART_CHECK_SECONDS") else 0.0  # noqa: F405
+)
 # Nor does the journal's retention: its own tests run it, on ranges of their own.
-JOURNAL_RETENTION_INTERVAL_SECONDS = float(
-    os.environ.get("JOURNAL_RETENTION_INTERVAL_SECONDS", "0")
+JOURNAL_RETENTION_INTERVAL_SECONDS = (
+    JOURNAL_RETENTION_INTERVAL_SECONDS  # noqa: F405
+    if conf.raw("JOURNAL_RETENTION_INTERVAL_SECONDS")
+    else 0.0
 )
 
 # In-process tests render pages without running collectstatic first: plain storage, no

@@ -36,6 +36,7 @@ from urllib3.exceptions import (
     URLSchemeUnknown,
 )
 
+from agentops import conf, shared_settings
 from agentops.effects import _wire
 from journal.outcomes import Interrupted, NotSent, Observation, Reply
 
@@ -254,6 +255,28 @@ _origins: dict[tuple[int, str, str], urllib3.connectionpool.HTTPConnectionPool] 
 _pools: dict[tuple[int, str, str], urllib3.PoolManager | _wire.Origin] = {}
 
 
+# The CA bundle the environment names for verifying providers, as requests reads it.
+shared_settings.TOOLS.setting(
+    "REQUESTS_CA_BUNDLE",
+    "path",
+    "",
+    "A file of CA certificates providers' certificates are verified against, as requests "
+    "reads it; else `CURL_CA_BUNDLE`, else certifi's.",
+    "empty (certifi's)",
+)
+shared_settings.TOOLS.setting(
+    "CURL_CA_BUNDLE",
+    "path",
+    "",
+    "Read as requests reads it, when `REQUESTS_CA_BUNDLE` is unset.",
+    None,
+)
+
+
+def _ca_bundle() -> str:
+    return conf.raw("REQUESTS_CA_BUNDLE") or conf.raw("CURL_CA_BUNDLE") or ""
+
+
 def _pool(url: str) -> urllib3.PoolManager | _wire.Origin:
     """This process's connections to the provider at ``url``: through the proxy the
     environment names for it (HTTPS_PROXY, HTTP_PROXY, unless NO_PROXY lists the host) by
@@ -265,7 +288,7 @@ def _pool(url: str) -> urllib3.PoolManager | _wire.Origin:
     origin = (os.getpid(), parts.scheme, parts.netloc)
     pool = _pools.get(origin)
     if pool is None:
-        ca = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        ca = _ca_bundle()
         options: dict[str, Any] = {
             "maxsize": 10,
             "ca_certs": ca or certifi.where(),

@@ -17,7 +17,7 @@ from typing import Any
 from django.utils.module_loading import autodiscover_modules
 
 from agentops.effects._kind import Kind
-from agentops.effects._tool import Tool
+from agentops.effects._tool import Tool, tool_setting_declare
 from journal.protocols import Decision, TaskFacts
 
 Playbook = Callable[[TaskFacts], Decision]
@@ -183,8 +183,52 @@ def register_demo(*tasks: DemoTask) -> None:
 
 
 def autodiscover() -> None:
-    """Import every installed app's ``effects`` module (called once, when Django starts)."""
+    """Import every installed app's ``effects`` module (called once, when Django starts),
+    and declare the settings their tools read (the settings page lists them)."""
     autodiscover_modules("effects")
+    tool_settings_declare()
+
+
+def tool_settings_declare() -> None:
+    """Declare each setting the declared tools name (``base_setting``, ``api_key_setting``,
+    ``key_lifetime_setting``, ``lookup_lag_setting``) that the settings module does not: an
+    app's tool configured from the environment alone is on the settings page too."""
+    users: dict[tuple[str, str], list[str]] = {}
+    for name, factory in registry.tools.items():
+        for attribute in _TOOL_SETTINGS:
+            setting = getattr(factory, attribute, "")
+            if setting:
+                users.setdefault((attribute, setting), []).append(name)
+    for (attribute, setting), tools in users.items():
+        named = ", ".join(f"`{tool}`" for tool in tools)
+        meaning, kind, shown = _TOOL_SETTINGS[attribute]
+        if attribute == "base_setting":
+            bases = {getattr(registry.tools[tool], "default_base", "") for tool in tools}
+            if bases - {""}:
+                shown = "empty (= " + ", ".join(f"`{b}`" for b in sorted(bases - {""})) + ")"
+        tool_setting_declare(setting, meaning.format(tools=named), kind=kind, shown=shown)
+
+
+_TOOL_SETTINGS = {
+    "base_setting": (
+        "The address of the provider {tools} call(s).",
+        "url",
+        "empty (its calls are refused: agentops.W117)",
+    ),
+    "api_key_setting": ("The key {tools} send(s) to the provider.", "secret", "empty"),
+    "key_lifetime_setting": (
+        "How long the provider of {tools} remembers idempotency keys, in seconds; retries "
+        "happen only within 90% of it.",
+        "seconds",
+        "none: required (agentops.E118)",
+    ),
+    "lookup_lag_setting": (
+        "How long after a call of {tools} the provider's lookup may still miss it, in seconds.",
+        "seconds",
+        "none: required (agentops.E118)",
+    ),
+}
+"""A tool's setting attributes: what each means, its kind and its default as shown."""
 
 
 # --- What the core reads ---------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -11,6 +10,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from agentops import conf
 from agentops.effects._schema import schema_problems
 from journal.outcomes import Observation, Outcome
 from journal.protocols import CostClass
@@ -37,12 +37,29 @@ def tool_setting(name: str, default: Any = _UNSET) -> Any:
     app's tool is configured without a settings module of its own (README, "Your own app")."""
     value = getattr(settings, name, _UNSET)
     if value is _UNSET:
-        value = os.environ.get(name, _UNSET)
+        tool_setting_declare(name, "A setting a tool reads (`agentops.effects.tool_setting`).")
+        found = conf.raw(name)
+        value = _UNSET if found is None else found
     if value is _UNSET:
         if default is _UNSET:
             raise SettingMissing(name)
         return default
     return value
+
+
+TOOLS = "Tools and their providers"
+"""The group of the settings page a tool's settings are in."""
+
+
+def tool_setting_declare(
+    name: str, meaning: str, *, kind: str = "text", shown: str = "empty"
+) -> conf.Setting:
+    """Declare a tool's setting for the settings page (agentops/conf.py), unless the settings
+    module declares it already with its meaning and default. Every installed tool's are
+    declared when the apps' tools are loaded (agentops.effects.autodiscover)."""
+    return conf.declare_unless_known(
+        conf.Setting(name=name, kind=kind, default="", meaning=meaning, shown=shown, group=TOOLS)
+    )
 
 
 def seconds_setting(name: str, *, zero: bool = False) -> float:

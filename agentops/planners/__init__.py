@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from agentops import conf
 from journal.protocols import Planner
 
 # One scripted planner per process: its memory of what it was asked is the point.
@@ -36,7 +36,7 @@ def _planner_get(tools: Mapping[str, Any]) -> Planner:
     if name in ("anthropic", "openai"):
         # The SDKs build without a key and fail only when asked: say so now.
         setting = f"{name.upper()}_API_KEY"
-        if not (getattr(settings, setting) or os.environ.get(setting)):
+        if not (getattr(settings, setting) or conf.raw(setting)):
             raise ValueError(f"PLANNER={name} needs {setting}")
     if name == "anthropic":
         from agentops.planners.anthropic import AnthropicPlanner

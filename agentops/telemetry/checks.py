@@ -8,10 +8,12 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Warning, register
 
+from agentops import shared_settings
+
 
 @register()
 def metrics_multiprocess(**kwargs: Any) -> list[CheckMessage]:
-    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+    path = shared_settings.metrics_dir()
     if settings.DEBUG:
         return []
     if not path:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 from collections.abc import Callable, Iterator
 
 from django.conf import settings
@@ -31,6 +30,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from agentops import shared_settings
 from agentops.access import client_ip
 from agentops.api.auth import TOKEN_PREFIX, api_client_authenticate, api_client_count
 from agentops.models import ApiScope
@@ -40,7 +40,6 @@ from agentops.telemetry.collector import JournalCollector
 log = logging.getLogger(__name__)
 
 PATH = "/metrics"
-MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class _Recorded(Collector):
@@ -53,7 +52,7 @@ class _Recorded(Collector):
 def scrape_registry() -> CollectorRegistry:
     """What one scrape shows: every process's counters, and the gauges read now."""
     registry = CollectorRegistry(auto_describe=False)
-    if os.environ.get(MULTIPROC_VARIABLE):
+    if shared_settings.metrics_dir():
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
         registry.register(_Recorded())
