@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from agentops import conf, shared_settings
+
 os.environ.setdefault("DJANGO_DEBUG", "1")
 # The example app (examples/support) is tested like the shipped kinds, and the processes the
 # tests start (workers, gunicorn) inherit the switch.
@@ -16,10 +18,9 @@ os.environ.setdefault("SUPPORT_API_BASE", "http://127.0.0.1:9")
 # /metrics it reads. scripts/stack.py test gives every run a fresh directory; a run without
 # it gets one here. prometheus_client reads the variable when first imported: it must be set
 # before anything imports it, and it is inherited by the processes the tests start.
-if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+if not shared_settings.metrics_dir():
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="agentops-metrics-")
 
-from agentops import conf  # noqa: E402
 from agentops.settings import *  # noqa: E402, F403
 
 # Passwords in tests need not resist attackers, only be quick to check.
