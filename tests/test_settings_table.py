@@ -23,6 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from agentops import conf
 from agentops.conf import Section, SettingRefused
+from tests.agentops.test_project import GIFTCARDS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,6 +151,43 @@ def test_every_variable_the_code_reads_is_on_the_page() -> None:
     assert declared - on_page == set(), "declared but not on docs/settings.md"
     # The recording saw the reads it should: a setting of each process.
     assert {"DJANGO_SECRET_KEY", "GUNICORN_BIND", "MCP_PORT", "REQUESTS_CA_BUNDLE"} <= seen
+
+
+def test_your_own_apps_tools_settings_are_declared_when_its_tools_load(tmp_path: Path) -> None:
+    """An app of one's own (AGENTOPS_APPS) configures its tools from the environment alone:
+    the settings its tools name are declared when the apps' tools are loaded, for the page."""
+    app = tmp_path / "giftcards"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "effects.py").write_text(GIFTCARDS)
+    script = (
+        "import django, json; django.setup(); from agentops import conf; "
+        "print(json.dumps({n: [s.kind, s.shown, s.meaning] for n, s in conf.declared.items()}))"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "agentops.settings",
+        "DJANGO_DEBUG": "1",
+        "DATABASE_URL": "postgres://giftcards@127.0.0.1:1/giftcards",
+        "AGENTOPS_APPS": "giftcards",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    declared = json.loads(result.stdout.splitlines()[-1])
+    assert declared["GIFTCARD_API_BASE"] == [
+        "url",
+        "empty (its calls are refused: agentops.W117)",
+        "The address of the provider that `giftcard_issue` calls.",
+    ]
+    assert declared["GIFTCARD_KEY_LIFETIME_SECONDS"][:2] == [
+        "seconds",
+        "none: required (agentops.E118)",
+    ]
+    # One the settings module declares keeps its own meaning and default.
+    assert declared["STRIPE_API_BASE"][1] == "empty (= the real Stripe)"
 
 
 def test_the_product_reads_the_environment_only_through_its_declarations() -> None:

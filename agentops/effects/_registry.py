@@ -206,16 +206,21 @@ def tool_settings_declare() -> None:
             bases = {getattr(registry.tools[tool], "default_base", "") for tool in tools}
             if bases - {""}:
                 shown = "empty (= " + ", ".join(f"`{b}`" for b in sorted(bases - {""})) + ")"
-        tool_setting_declare(setting, meaning.format(tools=named), kind=kind, shown=shown)
+        tool_setting_declare(
+            setting,
+            meaning.format(tools=named, s="s" if len(tools) == 1 else ""),
+            kind=kind,
+            shown=shown,
+        )
 
 
 _TOOL_SETTINGS = {
     "base_setting": (
-        "The address of the provider {tools} call(s).",
+        "The address of the provider that {tools} call{s}.",
         "url",
         "empty (its calls are refused: agentops.W117)",
     ),
-    "api_key_setting": ("The key {tools} send(s) to the provider.", "secret", "empty"),
+    "api_key_setting": ("The key that {tools} send{s} to its provider.", "secret", "empty"),
     "key_lifetime_setting": (
         "How long the provider of {tools} remembers idempotency keys, in seconds; retries "
         "happen only within 90% of it.",
