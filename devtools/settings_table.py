@@ -65,7 +65,92 @@ def declarations() -> list[Setting]:
     django.setup()
     for module in LOADED:
         importlib.import_module(module)
+    tooling_declare()
     return list(conf.declared.values())
+
+
+TOOLING = conf.Section("The launcher and the development tools")
+
+
+def tooling_declare() -> None:
+    """The variables the launcher (devtools/stack: `make run`, `make test`, `stack.py`) and
+    the chaos run read. The development tools are not shipped and read their environment
+    themselves, without Django's settings: they are declared here instead, and
+    tests/test_settings_table.py checks that every ``AGENTOPS_…`` name in their sources is."""
+    from agentops.effects._registry import registry
+
+    for name, default, meaning in (
+        (
+            "AGENTOPS_SERVER_USER",
+            "nobody",
+            "Run as root: the existing unprivileged user the embedded PostgreSQL and Redis "
+            "and the sandbox providers run as.",
+        ),
+        (
+            "AGENTOPS_APP_USER",
+            "www-data",
+            "Run as root: the existing unprivileged user the app runs as (gunicorn, the "
+            "worker, the sweeper, the `manage.py` commands `make run` and `stack.py manage` "
+            "start). Refused if it is root or `AGENTOPS_SERVER_USER`.",
+        ),
+    ):
+        TOOLING.setting(name, "text", default, meaning, None)
+    for name, port, meaning in (
+        ("AGENTOPS_PG_PORT", 54329, "`make run`: port of the embedded PostgreSQL."),
+        ("AGENTOPS_REDIS_PORT", 63799, "`make run`: port of the embedded Redis."),
+        (
+            "AGENTOPS_WEB_PORT",
+            8000,
+            "`make run`: port of the web server. `make run` writes the ports it used (these "
+            "and the sandboxes') to `var/run/stack.json`, where `stack.py manage` finds them: "
+            "set them for `manage` only to override.",
+        ),
+    ):
+        TOOLING.setting(name, "integer", port, meaning, None)
+    for sandbox in registry.sandboxes.values():
+        TOOLING.setting(
+            sandbox.port_setting or f"AGENTOPS_SANDBOX_{sandbox.name.upper()}_PORT",
+            "integer",
+            sandbox.port,
+            f"`make run`: port of the {sandbox.name} sandbox provider (`{sandbox.module}`), "
+            f"started when `{sandbox.unless}` is unset.",
+            None,
+        )
+    TOOLING.setting(
+        "AGENTOPS_STACK_CONTROL",
+        "path",
+        "",
+        "The control socket through which the command `stack.py test` or `chaos` runs may "
+        "restart the PostgreSQL and Redis it started.",
+        "set by the launcher",
+    )
+    TOOLING.setting(
+        "AGENTOPS_CHAOS_KILL",
+        "text",
+        "",
+        "Read by `devtools.chaos.kill.dying` only (so only where `AGENTOPS_TOOL_WRAPPERS` "
+        "names it): `before_call:charge_customer` (or `during_call`, `after_call`) makes a "
+        "worker SIGKILL itself at its first call of that tool.",
+        None,
+    )
+    TOOLING.setting(
+        "AGENTOPS_CHAOS_MODEL",
+        "text",
+        "",
+        "Read by the chaos run's model only (`devtools.chaos.model`: its planner wrapper, and "
+        "the naive loop): the seed and slip rate of the model, as JSON. Set by the run for "
+        "its workers.",
+        None,
+    )
+    TOOLING.setting(
+        "AGENTOPS_CHAOS_NAIVE_DIR",
+        "path",
+        "",
+        "The chaos run's naive harness only: where its workers "
+        "(`devtools.chaos.naive.NaiveWorker`, the only ones that run its job) write what each "
+        "naive task did.",
+        None,
+    )
 
 
 def _cell(text: str) -> str:

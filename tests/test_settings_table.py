@@ -208,6 +208,21 @@ def test_the_product_reads_the_environment_only_through_its_declarations() -> No
     assert found == []
 
 
+def test_every_variable_the_development_tools_name_is_on_the_page() -> None:
+    """The launcher and the chaos run read their environment themselves (devtools is not
+    shipped, and its launcher runs without Django): each ``AGENTOPS_…`` name in their sources
+    is declared by devtools.settings_table, and so on the page."""
+    page = (ROOT / "docs" / "settings.md").read_text()
+    on_page = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", page, flags=re.MULTILINE))
+    named = set()
+    for path in (ROOT / "devtools").rglob("*.py"):
+        named |= set(re.findall(r"[\"'](AGENTOPS_[A-Z0-9_]+)[\"']", path.read_text()))
+    assert named
+    assert named - on_page == set()
+    sandbox_ports = {name for name in on_page if name.startswith("AGENTOPS_SANDBOX_")}
+    assert "AGENTOPS_SANDBOX_PAYMENTS_PORT" in sandbox_ports
+
+
 # --- Each kind -------------------------------------------------------------------------------
 
 
