@@ -73,10 +73,11 @@ TOOLING = conf.Section("The launcher and the development tools")
 
 
 def tooling_declare() -> None:
-    """The variables the launcher (devtools/stack: `make run`, `make test`, `stack.py`) and
-    the chaos run read. The development tools are not shipped and read their environment
-    themselves, without Django's settings: they are declared here instead, and
-    tests/test_settings_table.py checks that every ``AGENTOPS_…`` name in their sources is."""
+    """The variables the launcher (devtools/stack: `make run`, `make test`, `stack.py`), the
+    chaos run and the sandbox providers read. None is shipped, and each reads its environment
+    itself, without Django's settings (the sandboxes know nothing of agentops): they are
+    declared here instead, and tests/test_settings_table.py checks that every ``AGENTOPS_…``
+    and ``SANDBOX_…`` name in their sources is."""
     from agentops.effects._registry import registry
 
     for name, default, meaning in (
@@ -116,6 +117,14 @@ def tooling_declare() -> None:
             f"started when `{sandbox.unless}` is unset.",
             None,
         )
+    TOOLING.setting(
+        "SANDBOX_WEBHOOK_SECRET",
+        "secret",
+        "",
+        "Read by a sandbox provider (`sandbox.payments`): the secret it signs what it posts "
+        "back to the app with; the launcher makes one for each run and gives the app the same.",
+        "set by the launcher",
+    )
     TOOLING.setting(
         "AGENTOPS_STACK_CONTROL",
         "path",

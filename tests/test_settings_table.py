@@ -209,14 +209,17 @@ def test_the_product_reads_the_environment_only_through_its_declarations() -> No
 
 
 def test_every_variable_the_development_tools_name_is_on_the_page() -> None:
-    """The launcher and the chaos run read their environment themselves (devtools is not
-    shipped, and its launcher runs without Django): each ``AGENTOPS_…`` name in their sources
-    is declared by devtools.settings_table, and so on the page."""
+    """The launcher, the chaos run and the sandbox providers read their environment
+    themselves (devtools is not shipped, its launcher runs without Django, and the sandboxes
+    know nothing of agentops): each ``AGENTOPS_…`` or ``SANDBOX_…`` name in their sources is
+    declared by devtools.settings_table, and so on the page."""
     page = (ROOT / "docs" / "settings.md").read_text()
     on_page = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", page, flags=re.MULTILINE))
     named = set()
-    for path in (ROOT / "devtools").rglob("*.py"):
-        named |= set(re.findall(r"[\"'](AGENTOPS_[A-Z0-9_]+)[\"']", path.read_text()))
+    for package in ("devtools", "sandbox"):
+        for path in (ROOT / package).rglob("*.py"):
+            text = path.read_text()
+            named |= set(re.findall(r"[\"']((?:AGENTOPS|SANDBOX)_[A-Z0-9_]+)[\"']", text))
     assert named
     assert named - on_page == set()
     sandbox_ports = {name for name in on_page if name.startswith("AGENTOPS_SANDBOX_")}
