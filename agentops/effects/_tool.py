@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from agentops import conf
+from agentops import conf, shared_settings
 from agentops.effects._schema import schema_problems
 from journal.outcomes import Observation, Outcome
 from journal.protocols import CostClass
@@ -37,7 +37,8 @@ def tool_setting(name: str, default: Any = _UNSET) -> Any:
     app's tool is configured without a settings module of its own (README, "Your own app")."""
     value = getattr(settings, name, _UNSET)
     if value is _UNSET:
-        tool_setting_declare(name, "A setting a tool reads (`agentops.effects.tool_setting`).")
+        if name not in conf.declared:  # a call's path: made once, not at every call
+            tool_setting_declare(name, "A setting a tool reads (`agentops.effects.tool_setting`).")
         found = conf.raw(name)
         value = _UNSET if found is None else found
     if value is _UNSET:
@@ -47,10 +48,6 @@ def tool_setting(name: str, default: Any = _UNSET) -> Any:
     return value
 
 
-TOOLS = "Tools and their providers"
-"""The group of the settings page a tool's settings are in."""
-
-
 def tool_setting_declare(
     name: str, meaning: str, *, kind: str = "text", shown: str = "empty"
 ) -> conf.Setting:
@@ -58,7 +55,14 @@ def tool_setting_declare(
     module declares it already with its meaning and default. Every installed tool's are
     declared when the apps' tools are loaded (agentops.effects.autodiscover)."""
     return conf.declare_unless_known(
-        conf.Setting(name=name, kind=kind, default="", meaning=meaning, shown=shown, group=TOOLS)
+        conf.Setting(
+            name=name,
+            kind=kind,
+            default="",
+            meaning=meaning,
+            shown=shown,
+            group=shared_settings.TOOLS.title,
+        )
     )
 
 
