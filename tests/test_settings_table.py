@@ -13,6 +13,7 @@ not declare (issue 37; agentops/conf.py, devtools/settings_table.py).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -114,14 +115,53 @@ json.dump({"seen": sorted(seen), "declared": sorted(conf.declared)}, sys.stdout)
 
 
 def test_the_page_is_what_the_declarations_say() -> None:
+    """Whatever the shell that checks it holds: the generator reads the declarations in an
+    environment of its own."""
+    shell = {**os.environ, "AGENTOPS_APPS": "giftcards", "MAX_FAILED_RUNS": "9"}
     result = subprocess.run(
         [sys.executable, "-m", "devtools.settings_table", "--check", "docs/settings.md"],
         cwd=ROOT,
+        env=shell,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_page_out_of_date_is_found(tmp_path: Path) -> None:
+    page = tmp_path / "settings.md"
+    page.write_text((ROOT / "docs" / "settings.md").read_text().replace("`8765`", "`8766`"))
+    result = subprocess.run(
+        [sys.executable, "-m", "devtools.settings_table", "--check", str(page)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "-| `MCP_PORT` | `8766` |" in result.stdout
+    assert f"python -m devtools.settings_table --write {page}" in result.stderr
+
+
+def test_a_value_that_does_not_parse_stops_the_start_naming_it() -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DJANGO_SETTINGS_MODULE": "agentops.settings",
+        "DJANGO_DEBUG": "1",
+        "DATABASE_URL": "postgres://refused@127.0.0.1:1/refused",
+        "MAX_FAILED_RUNS": "five",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "SettingRefused: MAX_FAILED_RUNS is 'five', not a whole number" in result.stderr
 
 
 def test_every_variable_the_code_reads_is_on_the_page() -> None:
