@@ -1,6 +1,7 @@
-"""agentops settings: every value the app reads from the environment is read here, once.
+"""agentops settings: every value Django's settings take from the environment is read here, once.
 
-Each variable is declared where it is read, with its kind, default and meaning
+Each variable (here, and in gunicorn's configuration and the few a library or a tool reads
+itself) is declared where it is read, with its kind, default and meaning
 (agentops/conf.py); docs/settings.md is written from those declarations
 (`python -m devtools.settings_table --write docs/settings.md`). Defaults suit the demo
 (`make run`), which points DATABASE_URL and REDIS_URL at the embedded servers it starts.
