@@ -194,7 +194,7 @@ def test_over_http_a_revoked_token_is_refused_and_does_nothing(
 def test_over_http_a_client_past_its_rate_limit_is_told_when_to_come_back(
     mcp_http_server: str, payments_sandbox: SandboxHandle
 ) -> None:
-    """The README's rate limit (API_RATE_LIMIT a minute per client, counted in PostgreSQL by
+    """The docs' rate limit (API_RATE_LIMIT a minute per client, counted in PostgreSQL by
     the database's clock) holds over MCP as over the HTTP API: past it, 429 with Retry-After,
     before the MCP layer reads the request — nothing is done."""
     _, token = mcp_client()
