@@ -68,10 +68,16 @@ def test_the_readme_is_a_front_door() -> None:
         assert reader in first, reader
 
 
-def test_the_readmes_first_code_block_is_the_two_commands() -> None:
-    block = re.search(r"^```[a-z]*\n(.*?)^```", README.read_text(), re.M | re.S)
+def test_the_readmes_first_code_block_is_the_two_commands_with_what_they_need() -> None:
+    text = README.read_text()
+    block = re.search(r"^```[a-z]*\n(.*?)^```", text, re.M | re.S)
     assert block is not None
     assert block.group(1).splitlines() == ["make run", "make test"]
+    needs = text[block.end() :].split("\n## ", 1)[0]
+    for need in ("`python3`", "3.11", "`venv`", "`make`", "`chromium`", "`promtool`"):
+        assert need in needs, need
+    assert "`prometheus`" in needs and "root" in needs  # the package; installed only as root
+    assert "http://127.0.0.1:8000/login/" in text  # the tour starts where one logs in
 
 
 def test_every_relative_link_leads_to_a_file_and_heading_that_exist() -> None:
