@@ -10,7 +10,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # The browser tests drive Debian's Chromium (never one a tool downloads).
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test bench soak chaos promtool
+.PHONY: run test docs bench soak chaos promtool
 
 run: $(STAMP)
 	$(VENV)/bin/python scripts/stack.py run
@@ -24,12 +24,20 @@ test: $(STAMP) $(CHROMIUM) promtool
 	$(VENV)/bin/ruff check .
 	$(NO_DATABASE) $(VENV)/bin/mypy .
 	$(VENV)/bin/lint-imports --no-cache
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir var/site
 	promtool test rules deploy/prometheus/agentops.rules.test.yml
 	$(NO_DATABASE) $(VENV)/bin/python -W 'ignore:Got an error checking a consistent migration history' \
 		manage.py makemigrations --check --dry-run
 	$(VENV)/bin/python scripts/stack.py test -- $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-# `manage.py bench` against durable throwaway servers (fsync on): see the README.
+# The documentation site (mkdocs.yml, docs/): built strictly (a broken link or anchor, or a page
+# left out of the nav, fails), then served with live reload beside `make run`'s port 8000.
+DOCS_ADDR ?= 127.0.0.1:8001
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir var/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict --dev-addr $(DOCS_ADDR)
+
+# `manage.py bench` against durable throwaway servers (fsync on): see docs/benchmarks.md.
 # Production settings (DEBUG off, logging at its default level) over plain HTTP on loopback,
 # with a key made for the run.
 bench: $(BENCH_STAMP)
@@ -38,7 +46,7 @@ bench: $(BENCH_STAMP)
 	$(VENV)/bin/python scripts/stack.py bench -- sh -c \
 		'$(VENV)/bin/python manage.py migrate -v0 && $(VENV)/bin/python manage.py collectstatic --noinput -v0 && $(VENV)/bin/python manage.py bench $(BENCH_ARGS)'
 
-# The soak (README "Benchmarks"): waves of renewals against a growing journal whose ranges are
+# The soak (docs/benchmarks.md): waves of renewals against a growing journal whose ranges are
 # 20 s wide and kept 30 s, so that retention drops ranges while it runs. SOAK_ARGS="--waves 5".
 SOAK_ARGS ?=
 soak: $(BENCH_STAMP)
@@ -66,7 +74,7 @@ promtool:
 		fi; \
 	fi
 
-# The chaos run (README, "Proof: the chaos run"): N tasks under a seeded fault schedule, then
+# The chaos run (docs/proof.md): N tasks under a seeded fault schedule, then
 # the journal checked against the providers' ledgers. CHAOS_ARGS="--seed 3 --harness naive".
 CHAOS_ARGS ?=
 chaos: $(STAMP)

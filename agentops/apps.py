@@ -48,8 +48,8 @@ def _app_privileges_after_migrate(*, using: str, verbosity: int = 1, **kwargs: A
         if verbosity:
             print(
                 "agentops: the app connects as the role that owns its tables, so the database "
-                "cannot hold the journal's rules against it; set DATABASE_OWNER_URL (README, "
-                "Security model)"
+                "cannot hold the journal's rules against it; set DATABASE_OWNER_URL "
+                "(docs/security.md)"
             )
         return
     roles = {r: k for r, k in settings.DATABASE_ROLES.items() if r != migrating_role}

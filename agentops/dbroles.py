@@ -1,7 +1,7 @@
 """What the app's own database roles may do: the one list to extend when columns are added.
 
-agentops connects to PostgreSQL with a role for each kind of process (README, "Security
-model"; docs/design.md §4):
+agentops connects to PostgreSQL with a role for each kind of process (docs/security.md;
+docs/design.md §4):
 
 - the **owner** (``DATABASE_OWNER_URL``) runs migrations and owns every table and function;
 - the roles of ``settings.DATABASE_ROLES``, each for the kinds of process that connect as it

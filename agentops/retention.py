@@ -1,4 +1,4 @@
-"""The journal's retention, run (docs/design.md §17; README "Retention").
+"""The journal's retention, run (docs/design.md §17; docs/operating/retention.md).
 
 - by hand: ``manage.py journal_retain [--archive DIR] [--dry-run]``;
 - every ``JOURNAL_RETENTION_INTERVAL_SECONDS`` (a day), by the job the sweeper rings

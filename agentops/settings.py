@@ -127,7 +127,7 @@ if _apps.flag(
     shown="off (`make run` and the tests: on)",
 ):
     INSTALLED_APPS.append("examples.support")
-# Your own apps (README, "Your own app"): their dotted names, comma-separated, each an
+# Your own apps (docs/your-own/tools-and-kinds.md, "Your own app"): their dotted names, comma-separated, each an
 # importable package with an effects.py (found as admin.py is). An environment variable
 # rather than a settings module of your own: every process the launcher starts (the web
 # server, the workers, the sweeper, `stack.py manage`) reads the same environment, ours
@@ -303,7 +303,7 @@ RQ_QUEUES = {
 RQ = {
     # Jobs are enqueued only once the transaction that decided them has committed.
     "COMMIT_MODE": "on_db_commit",
-    # One process runs job after job (no fork per job): see README, "Workers". It runs only
+    # One process runs job after job (no fork per job): see docs/concepts.md, "Workers". It runs only
     # agentops' own jobs, read as JSON (agentops/workers.py).
     "WORKER_CLASS": "agentops.workers.AgentopsWorker",
     "JOB_CLASS": "agentops.workers.AgentopsJob",
@@ -695,7 +695,7 @@ API_IDEMPOTENCY_TTL_SECONDS = _customers.integer(
     "afresh.",
 )
 
-# Notifications out (agentops/notifications, README "Notifications"): NOTIFY_URL is told, by a
+# Notifications out (agentops/notifications, docs/operating/notifications.md): NOTIFY_URL is told, by a
 # signed JSON POST, of each event in NOTIFY_EVENTS. Empty: nothing is sent, nor recorded.
 NOTIFY_URL = _notify.text(
     "NOTIFY_URL",
@@ -743,7 +743,7 @@ NOTIFY_TIMEOUT_SECONDS = _notify.seconds(
     "`unknown`.",
 )
 
-# The provider audit (agentops/audit, README "The provider audit"). Each provider an app
+# The provider audit (agentops/audit, docs/operating/audit.md). Each provider an app
 # declares an audit for is audited this often, through RQ's scheduler (0: only by hand,
 # `manage.py audit_providers`), over the effects of this far back (each audit overlaps the
 # last: what a provider shows late is still seen).
@@ -771,7 +771,7 @@ AUDIT_RESTART_CHECK_SECONDS = _audit.seconds(
     shown="`60` (tests: `0`)",
 )
 
-# The journal's retention (docs/design.md §17, README "Retention"). Tasks, steps and entries are
+# The journal's retention (docs/design.md §17, docs/operating/retention.md). Tasks, steps and entries are
 # partitioned by when each task was made, in ranges this wide, made this many ranges ahead; a
 # range whose tasks are all over and untouched this long after it ended is dropped whole, by
 # a job the sweeper rings this often (0: never; `manage.py journal_retain` by hand). A keep of
@@ -883,7 +883,7 @@ except LogFormatRefused as refused:
 # Metrics (agentops/telemetry): /metrics is served without a token only to these addresses or
 # networks (as agentops.access.client_ip sees the caller); anyone else needs an API client's
 # token with the scope metrics:read. PROMETHEUS_MULTIPROC_DIR, read by prometheus_client
-# itself, must be set in the environment of every process (README, "Operating agentops").
+# itself, must be set in the environment of every process (docs/operating/metrics.md).
 METRICS_ALLOWED_ADDRESSES = _logs.names(
     "METRICS_ALLOWED_ADDRESSES",
     ("127.0.0.1", "::1"),

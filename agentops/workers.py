@@ -96,7 +96,7 @@ class AgentopsJob(Job):
 
 
 class AgentopsWorker(SimpleWorker):
-    """RQ's non-forking worker (README, "Workers"), with AgentopsJob and JSON, always.
+    """RQ's non-forking worker (docs/concepts.md, "Workers"), with AgentopsJob and JSON, always.
 
     Whatever ``--job-class`` or ``--serializer`` it is started with, jobs are read as JSON
     by :class:`AgentopsJob`; another job class is refused at start.

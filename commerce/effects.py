@@ -41,7 +41,7 @@ for kind in KINDS:
 for intent in INTENTS:
     effects.register_intent(intent)
 
-# The provider audit (README, "The provider audit"): how each provider lists our effects.
+# The provider audit (docs/operating/audit.md): how each provider lists our effects.
 for audit in AUDITS:
     effects.register_audit(audit)
 
@@ -70,7 +70,7 @@ effects.register_sandbox(
             "--search-lag",
             "2",
             # Open invoices in the system of record, for an agent to charge or remind over
-            # MCP (README, "Connecting an MCP client").
+            # MCP (docs/mcp.md).
             *(f"--invoice={spec}" for spec in DEMO_INVOICES),
         ),
         settings={

@@ -1,4 +1,4 @@
-"""The README's benchmark figures are the runs' own (docs/bench/*.json), rendered, never typed:
+"""docs/benchmarks.md's figures are the runs' own (docs/bench/*.json), rendered, never typed:
 a figure changed by hand, or a run replaced without rendering it again, fails here."""
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from devtools.bench.figures import (
 )
 from devtools.bench.stats import SOAK_THROUGHPUT_TARGET, soak_drift
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
 
-def test_the_readmes_bench_figures_are_the_runs_own() -> None:
+def test_the_benchmarks_pages_figures_are_the_runs_own() -> None:
     bench, soak = runs_load()
     assert bench["kind"] == "bench" and soak is not None and soak["kind"] == "soak"
     for run in (bench, soak):
@@ -35,15 +35,15 @@ def test_the_readmes_bench_figures_are_the_runs_own() -> None:
     earlier = soaks_load()
     for run in earlier:
         assert run["kind"] == "soak" and not run["code"]["uncommitted_changes"], run["began"]
-    assert readme_block(README.read_text()) == render(bench, soak, earlier), (
-        "the README's bench figures differ from docs/bench/: "
-        "python -m devtools.bench.figures --write README.md"
+    assert readme_block(PAGE.read_text()) == render(bench, soak, earlier), (
+        "docs/benchmarks.md's figures differ from docs/bench/: "
+        "python -m devtools.bench.figures --write docs/benchmarks.md"
     )
 
 
 def test_a_target_is_reported_as_measured() -> None:
     """A target is met when every measure of it meets it (the rate, and the CPU a step where
-    it is judged by that too), and the README says the run's verdict."""
+    it is judged by that too), and the page says the run's verdict."""
     bench, soak = runs_load()
     for name, target in bench["targets"].items():
         measures = [target["measured"], target.get("measured_cpu")]
@@ -54,7 +54,7 @@ def test_a_target_is_reported_as_measured() -> None:
     ratio = soak["summary"]["throughput_last5_over_first5"]
     verdict = "met" if ratio >= SOAK_THROUGHPUT_TARGET else "not met"
     # Three decimals: 0.948 is not met, and does not read as 0.95.
-    assert f"throughput {ratio:.3f}× (target ≥ 0.95: **{verdict}**)" in README.read_text()
+    assert f"throughput {ratio:.3f}× (target ≥ 0.95: **{verdict}**)" in PAGE.read_text()
 
 
 def test_repeated_end_to_end_runs_show_their_count_and_range() -> None:

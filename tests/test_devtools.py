@@ -270,7 +270,7 @@ def test_a_window_is_noisy_by_the_hypervisors_steal_or_the_disk() -> None:
 
 
 def test_a_steps_budget_is_the_runs_own_medians() -> None:
-    """What the README says of where a step's time went is arithmetic on the run's medians:
+    """What docs/benchmarks.md says of where a step's time went is arithmetic on the run's medians:
     the step is its rate's inverse, the rest what is left after the two probes, and each
     target's step this one scaled by the paired ratio over the target (so it lies on the side
     of the target that the verdict does)."""

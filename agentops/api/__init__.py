@@ -1,5 +1,5 @@
 """The HTTP API for other programs (issue 17), at ``/api/v1/``: start a task, read it, and do
-what an operator does to it, as JSON, with a token per client (README, "The HTTP API").
+what an operator does to it, as JSON, with a token per client (docs/api.md).
 
 Built on django-ninja rather than Django REST framework: one small dependency on pydantic
 (already here) instead of a framework with its own request, permission and throttle

@@ -92,7 +92,7 @@ class HeldOut(Schema):
 
 
 class NotificationOut(Schema):
-    """What NOTIFY_URL was told of this task, one event each (README, "Notifications")."""
+    """What NOTIFY_URL was told of this task, one event each (docs/operating/notifications.md)."""
 
     event: str = Field(description="needs_human, awaiting_approval, finished or compensated")
     key: str = Field(description="The Idempotency-Key it is sent with, every attempt.")

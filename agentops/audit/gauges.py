@@ -19,7 +19,7 @@ def audit() -> Iterator[GaugeMetricFamily]:
     open_ = GaugeMetricFamily(
         "agentops_audit_findings_open",
         "Provider audit findings nobody has resolved yet: effects at a provider that the "
-        "journal does not account for, or the other way round (README, The provider audit).",
+        "journal does not account for, or the other way round (docs/operating/audit.md).",
     )
     open_.add_metric([], Finding.objects.open().count())
     yield open_

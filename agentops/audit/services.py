@@ -1,6 +1,6 @@
 """The provider audit: list each provider's effects in a window, match them to the journal by
 key (agentops/audit/matching.py), store each finding once, and put it in front of a person —
-on its task, when it has one (README, "The provider audit").
+on its task, when it has one (docs/operating/audit.md).
 
 When it runs:
 

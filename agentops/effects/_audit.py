@@ -1,5 +1,5 @@
 """The provider audit's contract: how an app lists its provider's effects, so agentops can
-match them, by key, against the journal (README, "The provider audit").
+match them, by key, against the journal (docs/operating/audit.md).
 
 A payments team reconciles its records against the provider's every day. agentops does the
 same for every provider an app declares an :class:`Audit` for: it lists the effects that

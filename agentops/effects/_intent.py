@@ -1,5 +1,5 @@
 """Intents: a business effect an agent asks for by name, whose identity the caller cannot break
-(docs/design.md §6; README, "Connecting an MCP client").
+(docs/design.md §6; docs/mcp.md).
 
 A tool takes whatever arguments a model writes; an intent takes only what *identifies* the
 effect — ``charge_invoice(invoice)`` is "the charge for this invoice", and

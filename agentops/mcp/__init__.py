@@ -1,4 +1,4 @@
-"""agentops as an MCP server (issue 18; README, "Connecting an MCP client"): the installed
+"""agentops as an MCP server (issue 18; docs/mcp.md): the installed
 apps' intents as tools whose keys the caller cannot break, three states on the wire, and the
 journal as the agent's memory. ``manage.py mcp_server`` serves it on stdio (as a configured API
 client) or on streamable HTTP (loopback by default; each request with a client's token carrying

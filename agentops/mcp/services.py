@@ -1,5 +1,5 @@
 """An intent asked for over MCP: one effect, however often and by whomever it is asked
-(docs/design.md §6; README, "Connecting an MCP client").
+(docs/design.md §6; docs/mcp.md).
 
 1. The arguments are normalised (NFKC, invisible characters removed, white space trimmed,
    ``"2"`` read as 2 where an integer is meant) and checked against the intent's schema:

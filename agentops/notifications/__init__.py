@@ -1,4 +1,4 @@
-"""Notifications out (README, "Notifications"): the agent builder's own endpoint
+"""Notifications out (docs/operating/notifications.md): the agent builder's own endpoint
 (``NOTIFY_URL``) is told, by a signed JSON POST, when a task needs a person, awaits approval,
 finishes or is compensated (``NOTIFY_EVENTS``).
 

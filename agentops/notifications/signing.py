@@ -4,7 +4,7 @@ where ``v1`` is HMAC-SHA256, keyed with ``NOTIFY_SECRET``, of ``<t>.<the raw bod
 A receiver checks it on the raw bytes it received (never on JSON it parsed and dumped again),
 refuses a timestamp too far from its clock (a replayed request), and then deduplicates by the
 ``Idempotency-Key`` header: a retry of the same notification carries the same key and body,
-signed again with a new timestamp. :func:`verify` is the reference; README "Notifications"
+signed again with a new timestamp. :func:`verify` is the reference; docs/operating/notifications.md
 has the same in a few lines to copy.
 """
 

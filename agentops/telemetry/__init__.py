@@ -1,5 +1,5 @@
-"""What agentops tells the people who run it: metrics, and logs that join up (README,
-"Operating agentops").
+"""What agentops tells the people who run it: metrics, and logs that join up
+(docs/operating/: metrics, alerts, logs).
 
 - ``instruments``: the counters and histograms every process records into, and the
   workers' and sweeper's heartbeat (multiprocess mode: ``PROMETHEUS_MULTIPROC_DIR``);

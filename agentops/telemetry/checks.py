@@ -1,4 +1,4 @@
-"""A system check: in production, metrics in multiprocess mode (README, "Operating agentops")."""
+"""A system check: in production, metrics in multiprocess mode (docs/operating/metrics.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``look_up_invoice``: the invoice as the system of record holds it (Stripe's Invoices API,
 found by its number), a ``READ``: what an intent takes amounts and recipients from, so a model
-never names them (docs/design.md §6; README, "Connecting an MCP client")."""
+never names them (docs/design.md §6; docs/mcp.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""The README's benchmark figures, rendered from the runs' own output: measured, never typed.
+"""The benchmark's figures (docs/benchmarks.md), rendered from the runs' own output, never typed.
 
 ``make bench BENCH_ARGS="--out docs/bench/bench.json"`` and ``make soak SOAK_ARGS="--out
 docs/bench/soak.json"`` write the runs (an earlier soak is kept in ``docs/bench/soaks/``,
 named by when it began, and listed with the latest); ``python -m devtools.bench.figures
---write README.md`` puts them between the README's markers (``--check README.md`` says
-whether it holds them). A test checks that the README holds exactly what the files say.
+--write docs/benchmarks.md`` puts them between the page's markers (``--check
+docs/benchmarks.md`` says whether it holds them). A test checks that the page holds exactly
+what the files say.
 """
 
 from __future__ import annotations
@@ -641,8 +642,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=FIGURES_DIR)
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", type=Path, metavar="README", help="replace the block there")
-    group.add_argument("--check", type=Path, metavar="README", help="exit 1 if it differs")
+    group.add_argument("--write", type=Path, metavar="PAGE", help="replace the block there")
+    group.add_argument("--check", type=Path, metavar="PAGE", help="exit 1 if it differs")
     options = parser.parse_args(argv)
     block = render(*runs_load(options.dir), soaks_load(options.dir))
     if options.write is not None:

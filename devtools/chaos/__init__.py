@@ -1,4 +1,4 @@
-"""The chaos run (``manage.py chaos``, README "Proof: the chaos run").
+"""The chaos run (``manage.py chaos``, docs/proof.md).
 
 ``plan`` (the seeded tasks and faults), ``model`` (the planner the safe and naive harnesses
 are decided by: the playbooks, slipping as models do), ``world`` (the processes it starts and
@@ -7,6 +7,6 @@ breaks), ``kill`` (the fault a worker is armed with: it kills itself at a tool c
 agentops' MCP server that slips as models do), ``ledgers`` (what the providers really did),
 ``truth`` (each task's summary against the ledgers), ``audit`` (the journal, the naive loop's
 record and the agent's answers against the ledgers), ``report`` (when a run passes), ``run``
-(the service the command calls), ``code`` (the code a run ran) and ``figures`` (the README's
+(the service the command calls), ``code`` (the code a run ran) and ``figures`` (docs/proof.md's
 tables, from the runs' JSON). ``agent``, ``audit`` and ``run`` are packages, split by concern.
 """

@@ -7,7 +7,7 @@ and whether those paths held exactly what was committed, nothing changed or untr
 (``clean``). Work in progress elsewhere in the checkout (the benchmark, the tests, the docs)
 is not what the run ran, and does not make it unclean.
 
-The README's renderer (devtools.chaos.figures) compares each run's product with the current
+The figures' renderer (devtools.chaos.figures) compares each run's product with the current
 commit's (:func:`code_differs`), and will not write figures of other code. Standard library
 only: the renderer runs without Django.
 """

@@ -1,20 +1,20 @@
-"""The README's chaos figures, rendered from the runs' own output: measured, never typed.
+"""The chaos run's figures (docs/proof.md), rendered from the runs' own output, never typed.
 
 Each run of ``make chaos CHAOS_ARGS="--seed N --harness H --out docs/chaos/figures-seed-N-H.json"``
 writes its figures (the JSON object ``--json`` prints) to ``docs/chaos/``. This module turns
-those files into the tables of the README's section "Proof: the chaos run" → "Figures":
+those files into the tables of docs/proof.md ("Proof: the chaos run" → "Figures"):
 
-    python -m devtools.chaos.figures                    # print the tables
-    python -m devtools.chaos.figures --write README.md  # put them between the markers
-    python -m devtools.chaos.figures --check README.md  # exit 1 if the README differs
+    python -m devtools.chaos.figures                        # print the tables
+    python -m devtools.chaos.figures --write docs/proof.md  # put them between the markers
+    python -m devtools.chaos.figures --check docs/proof.md  # exit 1 if the page differs
 
 Each run's column names the commit it ran. Figures of other code than the current commit's
 are refused: ``--write`` and ``--check`` exit 1 (and write nothing) when a run's product
 (devtools.chaos.code.PRODUCT) differs from the current commit's, was not as committed when
 it ran, or was not recorded; ``--allow-stale`` writes them anyway, and printing only warns.
 
-A test (tests/agentops/test_chaos_figures.py) checks that the README holds exactly what the
-files say. JSON in, Markdown out, and git asked for the current commit's trees; no Django.
+A test (tests/agentops/test_chaos_figures.py) checks that docs/proof.md holds exactly what
+the files say. JSON in, Markdown out, and git asked for the current commit's trees; no Django.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 from devtools.chaos.code import code_differs, product_trees
 
 FIGURES_DIR = Path(__file__).resolve().parents[2] / "docs" / "chaos"
-BEGIN = "<!-- chaos figures: begin (python -m devtools.chaos.figures --write README.md) -->"
+BEGIN = "<!-- chaos figures: begin (python -m devtools.chaos.figures --write docs/proof.md) -->"
 END = "<!-- chaos figures: end -->"
 HARNESSES = ("safe", "naive", "mcp")
 
@@ -196,7 +196,7 @@ def table_recovery(runs: Sequence[Run]) -> str:
 
 
 def render(runs: Sequence[Run]) -> str:
-    """The README's block: both tables, between the markers."""
+    """The page's block: both tables, between the markers."""
     seeds = sorted({r["seed"] for r in runs})
     return "\n\n".join(
         [
@@ -230,8 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=FIGURES_DIR)
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", type=Path, metavar="README", help="replace the block there")
-    group.add_argument("--check", type=Path, metavar="README", help="exit 1 if it differs")
+    group.add_argument("--write", type=Path, metavar="PAGE", help="replace the block there")
+    group.add_argument("--check", type=Path, metavar="PAGE", help="exit 1 if it differs")
     parser.add_argument(
         "--allow-stale",
         action="store_true",
@@ -246,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     refuse = bool(stale) and not options.allow_stale
     if refuse and (options.write is not None or options.check is not None):
         print(
-            'refused: run them again on the current commit (README, "Figures"), or pass '
+            'refused: run them again on the current commit (docs/proof.md, "Figures"), or pass '
             "--allow-stale",
             file=sys.stderr,
         )

@@ -157,9 +157,12 @@ def cmd_run() -> int:
             env["REDIS_URL"] = redis.url
 
         require_free_port(web_port, "AGENTOPS_WEB_PORT")
-        before_sandboxes = dict(env)
         watched += start_sandboxes(env, web_port, cleanup, python, servers, app)
-        # For `stack.py manage`: where these servers are, and what the app was told.
+        # For `stack.py manage`: where these servers are, and every setting the launcher
+        # gave the app (the sandboxes' addresses, the metrics directory, the log format), so
+        # that a command runs as the app does and is not warned about what the launcher set.
+        # How to run Python as the app's user `manage` works out again itself.
+        own = {**python_env, **app.environment()}
         run_info_write(
             ports={
                 "AGENTOPS_WEB_PORT": web_port,
@@ -167,9 +170,7 @@ def cmd_run() -> int:
                 "AGENTOPS_REDIS_PORT": env_port("AGENTOPS_REDIS_PORT", 63799),
             },
             settings={
-                k: v
-                for k, v in env.items()
-                if before_sandboxes.get(k) != v or k == "AGENTOPS_BASE_URL"
+                k: v for k, v in env.items() if env_in.get(k) != v and k not in own
             },
             given=[name for name in ("DATABASE_URL", "REDIS_URL") if env_in.get(name)],
         )

@@ -7,6 +7,7 @@ and the sandbox providers with faults."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import urllib.error
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from subprocess import Popen
 from typing import Any
 
 import anyio
@@ -100,25 +102,33 @@ def mcp_world(fleet: Fleet, on_sandbox: dict[str, Any]) -> Iterator[Fleet]:
         yield fleet
 
 
-@pytest.fixture
-def mcp_http_server(mcp_world: Fleet, tmp_path: Path) -> Iterator[str]:
-    """``manage.py mcp_server --transport http`` on a free loopback port; its ``/mcp`` URL."""
+@contextlib.contextmanager
+def mcp_http(world: Fleet, log: Path) -> Iterator[tuple[str, Popen[bytes]]]:
+    """``manage.py mcp_server --transport http`` on a free loopback port: its ``/mcp`` URL and
+    its process, stopped afterwards if it still runs."""
     port = free_port()
     proc = spawn(
         [sys.executable, "manage.py", "mcp_server", "--transport", "http", "--port", str(port)],
         env={
-            **mcp_world.env,
+            **world.env,
             "DATABASE_URL": database_url("web"),  # what faces the network: the web role
             "MCP_WAIT_SECONDS": "20",
             "API_RATE_LIMIT": str(MCP_RATE_LIMIT),
         },
-        output=tmp_path / "mcp-http.log",
+        output=log,
     )
     try:
         wait_for_port(port, what="the MCP server", timeout=30, proc=proc)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/mcp", proc
     finally:
         end(proc, timeout=10)
+
+
+@pytest.fixture
+def mcp_http_server(mcp_world: Fleet, tmp_path: Path) -> Iterator[str]:
+    """``manage.py mcp_server --transport http`` on a free loopback port; its ``/mcp`` URL."""
+    with mcp_http(mcp_world, tmp_path / "mcp-http.log") as (url, _):
+        yield url
 
 
 @dataclass(frozen=True)

@@ -592,13 +592,13 @@ def test_the_matching_rules(
     assert kinds_of(listed, step) == expected
 
 
-def test_the_readmes_audit_of_your_own_provider_runs_as_written(
+def test_the_docs_audit_of_your_own_provider_runs_as_written(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """README "The provider audit": the example declaration, run as written against a list of
+    """docs/operating/audit.md: the example declaration, run as written against a list of
     credits, yields what the matching reads."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("### The provider audit", 1)[1]
+    page = Path(__file__).resolve().parents[2] / "docs" / "operating" / "audit.md"
+    section = page.read_text().split("# The provider audit", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     declared: list[type[effects.Audit]] = []
 
@@ -613,7 +613,7 @@ def test_the_readmes_audit_of_your_own_provider_runs_as_written(
         {"id": "cr_3", "reference": "theirs", "amount": 100, "currency": "eur", "status": "open"},
     ]
     scope: dict[str, Any] = {"list_credits": lambda **window: credits}
-    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own README's code
+    exec(compile(code, str(page), "exec"), scope)  # noqa: S102 - our own docs' code
     (desk,) = declared
     listed = list(desk().effects(NOW - timedelta(days=1), NOW))
     assert [(e.provider_id, e.key, e.tool, e.amount, e.offset) for e in listed] == [

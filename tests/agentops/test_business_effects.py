@@ -125,7 +125,7 @@ def test_a_second_task_for_a_paid_invoice_is_refused_with_the_first_charges_evid
     paid = Step.objects.get(task=first, tool="charge_customer")
     assert paid.state == "done"
 
-    # The README's example run again, and again with the invoice spelled in lower case.
+    # The getting-started example run again, and again with the invoice spelled in lower case.
     again = [
         finished(task_start(kind="renewal", goal="renew again", refs=renewal_refs(spelling)))
         for spelling in (inv, inv.lower())

@@ -1,4 +1,4 @@
-"""The README's chaos figures (issues 16, 18): rendered from the runs' own files, every run
+"""The chaos figures of docs/proof.md (issues 16, 18): rendered from the runs' own files, every run
 of the same code, each naming the commit it ran; the renderer refuses other code's."""
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ HARNESSES = ("safe", "naive", "mcp")
 SEEDS = (1, 2, 3, 4, 5)
 
 
-def test_the_readme_s_chaos_figures_are_the_runs_own() -> None:
+def test_the_proof_pages_chaos_figures_are_the_runs_own() -> None:
     runs = runs_load()
     found = {(r["harness"], r["seed"]) for r in runs}
     wanted = {(h, n) for h in HARNESSES for n in SEEDS}
     assert found == wanted, (
-        f"docs/chaos/ holds {sorted(found)}; the README's figures are seeds 1-5 of each "
-        f'harness, missing {sorted(wanted - found)}: run them (README, "Figures")'
+        f"docs/chaos/ holds {sorted(found)}; docs/proof.md's figures are seeds 1-5 of each "
+        f'harness, missing {sorted(wanted - found)}: run them (docs/proof.md, "Figures")'
     )
-    assert readme_block((REPO / "README.md").read_text()) == render(runs), (
-        "README.md's chaos figures are not docs/chaos/*.json's: run "
-        "`.venv/bin/python -m devtools.chaos.figures --write README.md`"
+    assert readme_block((REPO / "docs" / "proof.md").read_text()) == render(runs), (
+        "docs/proof.md's chaos figures are not docs/chaos/*.json's: run "
+        "`.venv/bin/python -m devtools.chaos.figures --write docs/proof.md`"
     )
     for run in runs:
         assert run["ok"] is (run["harness"] != "naive"), (run["harness"], run["seed"])
@@ -37,7 +37,7 @@ def test_the_readme_s_chaos_figures_are_the_runs_own() -> None:
         code = run.get("code") or {}
         assert re.fullmatch(r"[0-9a-f]{40}", code.get("commit") or ""), (run["seed"], code)
         assert code["clean"] is True and set(code["product"]) == set(PRODUCT), code
-    # ...and every figure in the README is of the same product.
+    # ...and every figure on the page is of the same product.
     products = {json.dumps(r["code"]["product"], sort_keys=True) for r in runs}
     assert len(products) == 1, "the runs ran different code: run them again on one commit"
 
@@ -97,7 +97,7 @@ def test_figures_of_other_code_than_the_current_commit_s_are_refused(
 
     for harness in HARNESSES:
         (tmp_path / f"figures-seed-1-{harness}.json").write_text(json.dumps(_run(harness, 1, CODE)))
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "proof.md"
     readme.write_text(f"before\n{figures.BEGIN}\nold\n{figures.END}\nafter\n")
     args = ["--dir", str(tmp_path)]
     # The current commit's product is another: nothing is written, or passed.
@@ -110,7 +110,7 @@ def test_figures_of_other_code_than_the_current_commit_s_are_refused(
     assert "\nold\n" in readme.read_text()
     assert figures.main([*args, "--check", str(readme)]) == 1
     assert figures.main([*args, "--write", str(readme), "--allow-stale"]) == 0
-    # The same product: written, and then the README is the files'.
+    # The same product: written, and then the page is the files'.
     readme.write_text(f"before\n{figures.BEGIN}\nold\n{figures.END}\nafter\n")
     monkeypatch.setattr(figures, "product_trees", lambda: TREES)
     assert figures.main([*args, "--write", str(readme)]) == 0

@@ -29,7 +29,7 @@ from tests.sandbox.fixtures import REPO, SandboxHandle, wait_for
 
 pytestmark = pytest.mark.usefixtures("committed", "clean_faults")
 
-# Written by the timeout test when set (README, "Connecting an MCP client").
+# Written by the timeout test when set (docs/mcp.md).
 TRANSCRIPT_VARIABLE = "AGENTOPS_MCP_TRANSCRIPT"
 
 
@@ -120,7 +120,7 @@ def test_a_charge_asked_three_times_while_it_outlasts_the_timeout_is_made_once(
 def write_transcript(
     asked: list[dict[str, Any]], answers: list[CallToolResult], tmp_path: Path
 ) -> None:
-    """The timeout case as the agent saw it, for the README (docs/mcp-timeout.md)."""
+    """The timeout case as the agent saw it, for the docs (docs/mcp-timeout.md)."""
     lines = [
         "# charge_invoice, asked three times while the charge outlasts the timeout",
         "",

@@ -8,13 +8,17 @@ Driven by the SDK's own client (``tests/agentops/mcp_support.py``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
 import time
 import uuid
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import httpx2
 import pytest
 from django.contrib.auth import get_user_model
@@ -28,6 +32,7 @@ from mcp_types import CallToolResult
 from agentops.api.auth import api_client_revoke
 from agentops.mcp.http import UNAVAILABLE, TokenGate
 from devtools.database import database_url
+from devtools.process import signal_group, wait_exit
 from journal.models import Step, Task
 from tests.agentops.mcp_support import (
     MCP_RATE_LIMIT,
@@ -35,6 +40,7 @@ from tests.agentops.mcp_support import (
     data,
     in_process,
     mcp_client,
+    mcp_http,
     post,
     run,
     seed,
@@ -162,6 +168,33 @@ def test_over_http_a_token_with_the_mcp_scope_is_required(
     assert [t["id"] for t in listed["items"]] == [str(task.pk)]
 
 
+def test_over_http_ctrl_c_stops_the_server_while_a_client_holds_a_session(
+    mcp_world: Fleet, tmp_path: Path
+) -> None:
+    """Ctrl-C (SIGINT to the server's process group, as a terminal sends it) stops the server
+    within seconds, though a client holds a session and its event stream open."""
+    _, token = mcp_client()
+    with mcp_http(mcp_world, tmp_path / "mcp-http.log") as (url, proc):
+        stopped: list[float] = []
+
+        async def hold_a_session() -> None:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=30) as http,
+                Client(streamable_http_client(url, http_client=http)) as client,
+            ):
+                await client.list_tools()
+                began = time.monotonic()
+                signal_group(proc, signal.SIGINT)
+                await anyio.to_thread.run_sync(wait_exit, proc, 15.0)
+                stopped.append(time.monotonic() - began)
+
+        with contextlib.suppress(Exception):  # the session ends with the server
+            run(hold_a_session)
+        assert stopped and proc.poll() is not None, (tmp_path / "mcp-http.log").read_text()
+        assert stopped[0] < 15.0
+
+
 def test_over_http_a_revoked_token_is_refused_and_does_nothing(
     mcp_http_server: str, payments_sandbox: SandboxHandle
 ) -> None:
@@ -194,7 +227,7 @@ def test_over_http_a_revoked_token_is_refused_and_does_nothing(
 def test_over_http_a_client_past_its_rate_limit_is_told_when_to_come_back(
     mcp_http_server: str, payments_sandbox: SandboxHandle
 ) -> None:
-    """The README's rate limit (API_RATE_LIMIT a minute per client, counted in PostgreSQL by
+    """The docs' rate limit (API_RATE_LIMIT a minute per client, counted in PostgreSQL by
     the database's clock) holds over MCP as over the HTTP API: past it, 429 with Retry-After,
     before the MCP layer reads the request — nothing is done."""
     _, token = mcp_client()

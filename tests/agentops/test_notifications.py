@@ -584,12 +584,13 @@ def test_settings_that_would_send_unsigned_or_nowhere_are_refused_at_start() -> 
     assert ids(NOTIFY_URL="", NOTIFY_SECRET="") == set()  # off: nothing to check
 
 
-def test_the_readmes_check_of_the_signature_accepts_agentops_signatures_and_nothing_else() -> None:
-    """The few lines README "Notifications" gives receivers, run as written."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    code = readme.split("### Notifications", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+def test_the_docs_check_of_the_signature_accepts_agentops_signatures_and_nothing_else() -> None:
+    """The few lines docs/operating/notifications.md gives receivers, run as written."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "operating" / "notifications.md"
+    code = page.read_text().split("# Notifications", 1)[1].split("```python\n", 1)[1]
+    code = code.split("```", 1)[0]
     scope: dict[str, Any] = {}
-    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own README's code
+    exec(compile(code, str(page), "exec"), scope)  # noqa: S102 - our own docs' code
     signed = scope["agentops_signed"]
     body = services.payload_body({"id": "ao:notify:t:1", "event": "task.finished"})
     now = int(time.time())

@@ -2,7 +2,7 @@
 
 ``make test`` installs Chromium (``apt-get install chromium``) when it is missing; the
 Playwright Python package comes with the dev dependencies and drives that binary, never a
-browser it downloads. Set AGENTOPS_SCREENSHOTS=docs/screenshots to (re)write the README's
+browser it downloads. Set AGENTOPS_SCREENSHOTS=docs/screenshots to (re)write docs/pages.md's
 screenshots while the tests run.
 """
 

@@ -262,7 +262,7 @@ def cancelled_trip(inv: str) -> Task:
     return trip
 
 
-# The README's pictures of the states the flows above do not show.
+# docs/pages.md's pictures of the states the flows above do not show.
 SHOWN = {
     ("cancelled", "light"): "customer-cancelled",
     ("not-paid", "dark"): "customer-declined-dark",

@@ -1,4 +1,4 @@
-"""``manage.py journal_retain``: the journal's retention, by hand (README "Retention").
+"""``manage.py journal_retain``: the journal's retention, by hand (docs/operating/retention.md).
 
 Makes the partitions ahead, then drops every range whose tasks are all over and untouched for
 the keep (JOURNAL_RETAIN_SECONDS), archiving each first with ``--archive DIR``; with

@@ -19,6 +19,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentops.mcp.server import ClientRefused, build_server, client_get
 
+SHUTDOWN_SECONDS = 5
+"""How long, once told to stop, the HTTP server lets requests under way finish."""
+
 
 async def _serve_stdio(client: str) -> None:
     from mcp.server.stdio import stdio_server
@@ -65,4 +68,14 @@ class Command(BaseCommand):
         _, gate = http_app(host=host)
         # The ready line on stderr: stdout stays free, as on stdio.
         print(f"mcp server on http://{host}:{port}{PATH}", file=sys.stderr, flush=True)
-        uvicorn.run(gate, host=host, port=port, log_level="warning", lifespan="on")
+        # Ctrl-C or SIGTERM: requests under way get a few seconds to end, then the server
+        # stops, though a client holds its event stream open (an intent that was waiting goes
+        # on in the workers; asked again, the journal answers it).
+        uvicorn.run(
+            gate,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=SHUTDOWN_SECONDS,
+        )

@@ -1,4 +1,4 @@
-"""Start a task: ``manage.py start_task <kind> --goal "…" --refs '{…}'`` (README, "Quick start",
+"""Start a task: ``manage.py start_task <kind> --goal "…" --refs '{…}'`` (docs/getting-started.md,
 has one of the shipped kinds')."""
 
 from __future__ import annotations

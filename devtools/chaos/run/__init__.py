@@ -1,4 +1,4 @@
-"""The chaos run: the service ``manage.py chaos`` calls (README, "Proof: the chaos run").
+"""The chaos run: the service ``manage.py chaos`` calls (docs/proof.md).
 
 It starts the run's world (devtools.chaos.world), starts the plan's tasks at their moments
 (for the mcp harness, hands each to its agent, which asks agentops' MCP server for it:

@@ -1,11 +1,12 @@
 """``manage.py bench``: what agentops' promise costs, against the honest floor and a peer, in
-one run (devtools/bench/; the README's "Benchmarks" says what each path does and does not
+one run (devtools/bench/; docs/benchmarks.md says what each path does and does not
 include).
 
 Run it against a throwaway database (``make bench`` starts one): it writes tasks, and with
 the dashboard figures, 100,000 of them. It prints its progress on stderr and, last, one JSON
-line on stdout; ``--out`` also writes that JSON to a file (docs/bench/ holds the runs the
-README's figures are rendered from: ``python -m devtools.bench.figures --write README.md``).
+line on stdout; ``--out`` also writes that JSON to a file (docs/bench/ holds the runs
+docs/benchmarks.md's figures are rendered from: ``python -m devtools.bench.figures --write
+docs/benchmarks.md``).
 While it runs, its own log lines go to a file, as a supervisor takes a worker's: the
 production path it measures in this process writes what a production worker writes (at
 ``LOG_LEVEL``, by default a line a step event), and the terminal shows only the progress.
