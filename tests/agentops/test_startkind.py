@@ -10,6 +10,7 @@ import fnmatch
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -125,6 +126,26 @@ def test_the_app_is_written_whole_and_passes_the_linter(tmp_path: Path) -> None:
         timeout=120,
     )
     assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
+def test_a_missing_setting_stops_the_check_with_the_sentence_on_the_page(
+    committed: None, tmp_path: Path
+) -> None:
+    page = (ROOT / "docs" / "your-own" / "startkind.md").read_text()
+    [said] = re.findall(r"```text\n(.*?)\n```", page, re.DOTALL)
+    startkind("giftcard", str(tmp_path))
+    env = installed(
+        tmp_path,
+        DATABASE_URL=database_url(),
+        DJANGO_SETTINGS_MODULE="agentops.settings",  # as in use (the test settings: short leases)
+        GIFTCARD_API_BASE="http://127.0.0.1:9",
+    )
+    env.pop("GIFTCARD_KEY_LIFETIME_SECONDS", None)
+    checked = manage(env, "check")
+    assert checked.returncode != 0 and said in checked.stderr, checked.stderr
+    assert "Traceback" not in checked.stderr
+    fine = manage({**env, "GIFTCARD_KEY_LIFETIME_SECONDS": "86400"}, "check")
+    assert fine.returncode == 0, fine.stderr
 
 
 @pytest.mark.timeout(300)
