@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pytest
 from django.test import override_settings
@@ -130,28 +130,48 @@ def test_every_request_on_the_page_gets_the_answer_written_under_it(provider: st
             assert headers.get(name) == value, (case.name, name, headers)
 
 
-def test_the_tool_sends_what_the_page_shows() -> None:
+@dataclass
+class Sent:
+    method: str
+    target: str
+    headers: dict[str, str]
+    body: Any
+
+
+def test_the_tool_sends_exactly_the_requests_on_the_page() -> None:
+    """Each request of the page, made by the page's tool (its call for a POST, its lookup for
+    a GET), as it leaves agentops' HTTP client: the same method, path and query, the headers
+    the page shows with the values it shows, and the same JSON body."""
     tool = the_tool()
-    for case in cases():
-        method, target, _ = case.request.start.split(" ")
-        path, _, query = target.partition("?")
-        if method == "POST":
-            key = case.request.headers[tool.key_header]
-            assert path == tool.path
-            assert case.request.headers["Content-Type"] == "application/json"
-            args = {k: v for k, v in case.request.body.items() if k != tool.key_field}
-            with override_settings(VOUCHERS_KEY_LIFETIME_SECONDS=86400):
-                assert tool().body(args, key=key) == case.request.body, case.name
-        else:  # a lookup: no key header, the key in the query, the items under lookup_list
-            assert method == "GET" and path == tool.lookup_path
-            assert tool.key_header not in case.request.headers
-            key = re.sub("%3A", ":", query.split("=", 1)[1])
-            with override_settings(VOUCHERS_KEY_LIFETIME_SECONDS=86400):
-                made = tool()
-            assert query == urlencode(made.lookup_query({}, key=key)), case.name
-            assert isinstance(case.response.body[tool.lookup_list], list)
-            for item in case.response.body[tool.lookup_list]:
-                assert made.matches(item, key=key)
+    sent: list[Sent] = []
+
+    def send(method: str, url: str, body: bytes | None, headers: dict[str, str], timeout: float):
+        parts = urlsplit(url)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        sent.append(Sent(method, target, dict(headers), json.loads(body) if body else None))
+        return mock.Mock(status=200, data=b'{"data": []}')
+
+    settings = {"VOUCHERS_API_BASE": "http://127.0.0.1:9", "VOUCHERS_KEY_LIFETIME_SECONDS": 86400}
+    with override_settings(**settings), mock.patch("agentops.effects._http._send", send):
+        made = tool()
+        for case in cases():
+            method, target, _ = case.request.start.split(" ")
+            if method == "POST":
+                key = case.request.headers[tool.key_header]
+                args = {k: v for k, v in case.request.body.items() if k != tool.key_field}
+                made.call(args, key=key)
+            else:  # a lookup: the key in the query, no key header, the items under "data"
+                key = unquote(target.split("=", 1)[1])
+                made.lookup({}, key=key)
+                for item in case.response.body[tool.lookup_list]:
+                    assert made.matches(item, key=key), case.name
+            request = sent.pop()
+            assert (request.method, request.target) == (method, target), case.name
+            shown = {name: request.headers.get(name) for name in case.request.headers}
+            assert shown == case.request.headers, case.name
+            assert request.body == case.request.body, case.name
+            if method == "GET":
+                assert tool.key_header not in request.headers, case.name
 
 
 def test_the_tool_settles_each_case_as_the_page_says(provider: str) -> None:
