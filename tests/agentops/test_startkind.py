@@ -87,6 +87,9 @@ def test_an_existing_directory_is_refused_and_left_as_it_was(tmp_path: Path) -> 
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
     with pytest.raises(CommandError, match="is not a directory"):
         startkind("giftcard", str(tmp_path / "nowhere"))
+    with pytest.raises(CommandError, match="--port 70000 is not a port"):
+        startkind("gift_card", str(tmp_path), "--port", "70000")
+    assert [p.name for p in tmp_path.iterdir()] == ["giftcard"]
 
 
 def test_the_templates_are_shipped_in_the_wheel() -> None:
@@ -119,13 +122,20 @@ def test_the_app_is_written_whole_and_passes_the_linter(tmp_path: Path) -> None:
     tools = (app / "tools.py").read_text()
     assert "base_setting = BASE_SETTING" in tools and '"GIFTCARD_API_BASE"' in tools
     assert '"GIFTCARD_KEY_LIFETIME_SECONDS"' in tools
-    linted = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--config", str(ROOT / "pyproject.toml"), str(app)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert linted.returncode == 0, linted.stdout + linted.stderr
+    startkind("gift_card", str(tmp_path), "--port", "8121")  # a name in two words
+    two = tmp_path / "gift_card"
+    assert "class IssueGiftCard(HttpTool):" in (two / "tools.py").read_text()
+    assert '"GIFT_CARD_API_BASE"' in (two / "tools.py").read_text()
+    assert "port=8121," in (two / "effects.py").read_text()
+    for made in (app, two):
+        linted = subprocess.run(
+            [sys.executable, "-m", "ruff", "check", "--config", str(ROOT / "pyproject.toml")]
+            + [str(made)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert linted.returncode == 0, linted.stdout + linted.stderr
 
 
 def test_a_missing_setting_stops_the_check_with_the_sentence_on_the_page(
@@ -221,6 +231,14 @@ def test_a_task_settles_a_timeout_by_lookup_and_a_second_for_the_order_is_refuse
     env = installed(where, DATABASE_URL=database_url(), **settings)
     checked = manage(env, "check")
     assert checked.returncode == 0, checked.stderr
+    listed = manage(env, "sandboxes")  # what `make run` starts
+    assert listed.returncode == 0, listed.stderr
+    [declared] = [s for s in json.loads(listed.stdout) if s["name"] == "giftcard"]
+    assert (declared["module"], declared["port"], declared["unless"]) == (
+        "giftcard.sandbox",
+        8120,
+        "GIFTCARD_API_BASE",
+    )
     quiet_world()  # no other test's task left for this worker to take
     worker: Popen = spawn(
         [sys.executable, "manage.py", *WORKER_ARGS],

@@ -65,6 +65,8 @@ class Command(BaseCommand):
         problem = name_problem(name)
         if problem is not None:
             raise CommandError(problem)
+        if not 0 < options["port"] < 65536:
+            raise CommandError(f"--port {options['port']} is not a port (1 to 65535)")
         parent = Path(options["directory"]).expanduser()
         if not parent.is_dir():
             raise CommandError(f"{parent} is not a directory")
