@@ -6,6 +6,7 @@ playbook, a sandbox provider with faults, its tests and a README — in ``DIRECT
 from __future__ import annotations
 
 import keyword
+import shutil
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,8 @@ class Command(BaseCommand):
         "Make an app of your own for agentops: a tool, a kind, a playbook, a sandbox provider "
         "and its tests, in DIRECTORY/NAME (default: ./NAME). Install it with AGENTOPS_APPS=NAME."
     )
+    # As startapp: it writes files, and needs nothing of the installed apps to be sound.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="the app's name: its package, its kind, its settings")
@@ -80,14 +83,24 @@ class Command(BaseCommand):
             "port": str(options["port"]),
         }
         files = sorted(p for p in TEMPLATE.rglob("*" + SUFFIX) if p.is_file())
-        target.mkdir()
-        for source in files:
-            relative = source.relative_to(TEMPLATE)
-            path = target / relative.parent / relative.name.removesuffix(SUFFIX)
-            if path.name == "test_kind.py":
-                path = path.with_name(f"test_{name}.py")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(render(source.read_text(), context))
+        try:
+            target.mkdir()
+        except OSError as exc:
+            raise CommandError(
+                f"cannot make {target}: {exc.strerror} (as root, `scripts/stack.py manage` runs "
+                "manage.py as the app's user: name a directory that user may write to)"
+            ) from exc
+        try:
+            for source in files:
+                relative = source.relative_to(TEMPLATE)
+                path = target / relative.parent / relative.name.removesuffix(SUFFIX)
+                if path.name == "test_kind.py":
+                    path = path.with_name(f"test_{name}.py")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(render(source.read_text(), context))
+        except OSError as exc:
+            shutil.rmtree(target, ignore_errors=True)  # ours, made just now: no half an app
+            raise CommandError(f"cannot write {target}: {exc}") from exc
         self.stdout.write(
             f"{target}: the app {name} (kind {name}, tool {name}_issue, sandbox "
             f"{name}.sandbox). Install it with PYTHONPATH={parent.resolve()} AGENTOPS_APPS={name}; "
