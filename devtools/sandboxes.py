@@ -23,6 +23,9 @@ STARTUP_SECONDS = 30.0
 SANDBOX_ENVIRONMENT = frozenset(
     {"PATH", "LANG", "LC_ALL", "TZ", "PYTHONUNBUFFERED", "VIRTUAL_ENV"}
     | {"HOME", "USER", "LOGNAME", "LD_LIBRARY_PATH"}
+    # Where an app of one's own is (AGENTOPS_APPS, docs/your-own/startkind.md): its sandbox
+    # is its module, run as `python -m <app>.sandbox`.
+    | {"PYTHONPATH"}
 )
 
 

@@ -428,7 +428,8 @@ def cmd_manage(args: Sequence[str]) -> int:
         password = needed["REDIS_URL"].read_text().strip()
         redis_port = env_port("AGENTOPS_REDIS_PORT", 63799, env)
         env["REDIS_URL"] = f"redis://:{password}@{HOST}:{redis_port}/0"
-    env.setdefault("DJANGO_SECRET_KEY", needed["DJANGO_SECRET_KEY"].read_text().strip())
+    if not env.get("DJANGO_SECRET_KEY"):  # read only when not given (it may not exist then)
+        env["DJANGO_SECRET_KEY"] = needed["DJANGO_SECRET_KEY"].read_text().strip()
     env.setdefault("DJANGO_HTTPS", "0")
     # `python scripts/stack.py manage` is typed with any python: run manage.py with the
     # project's own (make creates .venv), whichever started this.
