@@ -217,6 +217,24 @@ class AgentopsWorker(SimpleWorker):
             return
         super().prepare_job_execution(job, remove_from_intermediate_queue)
 
+    # RQ listens for commands (``rq`` stop-job, shutdown) on a pub/sub channel, in a thread
+    # that waits for a message up to 60 s at a time. Once the worker unsubscribes, redis-py's
+    # stop waits for that thread, and a thread that read the unsubscribe before it was told to
+    # stop waits out its whole 60 s for a subscription that will not come: a worker's end
+    # (a deploy's warm shutdown, a burst) could take a minute. Waiting a second at a time, the
+    # thread sees the stop within a second; it wakes the process, never Redis.
+    pubsub_wait_seconds = 1.0
+
+    def subscribe(self) -> None:
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=self.pubsub_wait_seconds,
+            daemon=True,
+            exception_handler=self._pubsub_exception_handler,
+        )
+
     def work(self, *args: Any, **kwargs: Any) -> bool:
         # django-rq's command hands RQ the level its verbosity says (INFO unless -v 0), which RQ
         # sets on its own loggers (the worker's, its scheduler's): the operator's LOG_LEVEL

@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.agentops.sandboxed",
     "tests.agentops.workers",
     "tests.agentops.mcp_support",
+    "tests.sharding",
 ]
 
 # --- Visible gates: a test needs what it needs, or fails saying so ----------------------------

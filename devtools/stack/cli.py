@@ -58,6 +58,7 @@ from devtools.stack.postgres import (
 from devtools.stack.redis import Redis
 from devtools.stack.runinfo import manage_environment, run_info, run_info_write
 from devtools.stack.sandboxes import start_sandboxes
+from devtools.stack.shards import cmd_shards
 from devtools.stack.users import (
     app_identity,
     app_python,
@@ -452,6 +453,8 @@ command.
 
     python -m devtools.stack run              # the demo; data kept under var/pg and var/redis
     python -m devtools.stack test -- CMD ...  # throwaway servers around CMD, exit with its code
+    python -m devtools.stack test --shards N -- CMD ...  # N of those side by side, CMD as
+                                              # shard I of N each (AGENTOPS_TEST_SHARD=I/N)
     python -m devtools.stack bench -- CMD ... # the same, PostgreSQL durable (fsync on)
     python -m devtools.stack chaos -- CMD ... # the same, migrated; CMD may restart the servers
     python -m devtools.stack manage -- ARGS   # manage.py ARGS against the servers `run` started
@@ -470,6 +473,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="the demo: PostgreSQL, Redis, migrate, web server, worker")
     test = commands.add_parser("test", help="throwaway PostgreSQL and Redis around a command")
+    test.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N launchers side by side, servers each, CMD as shard I of N (tests/sharding.py)",
+    )
     test.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     bench = commands.add_parser("bench", help="like test, with a durable PostgreSQL (fsync on)")
     bench.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
@@ -493,6 +503,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmd = cmd[1:]
     if not cmd:
         parser.error(f"{args.command} needs a command: {args.command} -- CMD ARGS...")
+    if args.command == "test" and args.shards != 1:
+        if args.shards < 1:
+            parser.error("--shards takes a number of shards, 1 or more")
+        return cmd_shards(cmd, args.shards)
     return cmd_test(cmd, mode=args.command)
 
 

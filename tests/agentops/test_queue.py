@@ -7,6 +7,8 @@ anything but agentops' own jobs.
 from __future__ import annotations
 
 import os
+import time
+import uuid
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,6 +20,7 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
 from agentops.workers import DELIVER_JOB, WORKER_ARGS, AgentopsJob, AgentopsWorker, JobRefused
+from devtools.process import wait_until
 from tests.agentops.workers import Fleet
 
 
@@ -476,3 +479,24 @@ def test_rqs_own_lines_are_written_at_the_operators_log_level(level: str) -> Non
         logging.getLogger("rq.worker").setLevel(logging.DEBUG)
         worker.work(True, "DEBUG")  # by place
         assert logging.getLogger("rq.worker").level == getattr(logging, level)
+
+
+def test_a_worker_that_stops_listening_ends_at_once_not_after_its_wait_for_commands() -> None:
+    """The order that made a worker's end take a minute: its command thread reads the
+    unsubscribe before it is told to stop, and then waits for a subscription that will not
+    come, as long as it waits for a message at a time."""
+    connection = django_rq.get_connection("default")
+    queue = Queue(f"listen-{os.getpid()}", connection=connection, serializer=JSONSerializer)
+    worker = AgentopsWorker([queue], connection=connection, name=f"listen-{uuid.uuid4().hex}")
+    worker.subscribe()
+    pubsub = worker.pubsub
+    assert pubsub is not None
+    wait_until(lambda: pubsub.subscribed, what="the subscription", timeout=10)
+    pubsub.unsubscribe()
+    # Read by the thread, which now waits for a subscription.
+    wait_until(lambda: not pubsub.subscribed, what="the unsubscribe read", timeout=10)
+    began = time.monotonic()
+    worker.unsubscribe()
+    took = time.monotonic() - began
+    assert worker.pubsub_thread is not None and not worker.pubsub_thread.is_alive()
+    assert took < 10 * worker.pubsub_wait_seconds, took
