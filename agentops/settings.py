@@ -127,12 +127,12 @@ if _apps.flag(
     shown="off (`make run` and the tests: on)",
 ):
     INSTALLED_APPS.append("examples.support")
-# Your own apps (docs/your-own/tools-and-kinds.md, "Your own app"): their dotted names, comma-separated, each an
-# importable package with an effects.py (found as admin.py is). An environment variable
-# rather than a settings module of your own: every process the launcher starts (the web
-# server, the workers, the sweeper, `stack.py manage`) reads the same environment, ours
-# stays the one settings module, and a tool's own settings may be read from the environment
-# too (agentops.effects.tool_setting).
+# Your own apps (docs/your-own/tools-and-kinds.md, "Your own app"): their dotted names,
+# comma-separated, each an importable package with an effects.py (found as admin.py is). An
+# environment variable rather than a settings module of your own: every process the launcher starts
+# (the web server, the workers, the sweeper, `stack.py manage`) reads the same environment, ours
+# stays the one settings module, and a tool's own settings may be read from the environment too
+# (agentops.effects.tool_setting).
 AGENTOPS_APPS = _apps.names(
     "AGENTOPS_APPS",
     (),
@@ -303,8 +303,8 @@ RQ_QUEUES = {
 RQ = {
     # Jobs are enqueued only once the transaction that decided them has committed.
     "COMMIT_MODE": "on_db_commit",
-    # One process runs job after job (no fork per job): see docs/concepts.md, "Workers". It runs only
-    # agentops' own jobs, read as JSON (agentops/workers.py).
+    # One process runs job after job (no fork per job): see docs/concepts.md, "Workers". It runs
+    # only agentops' own jobs, read as JSON (agentops/workers.py).
     "WORKER_CLASS": "agentops.workers.AgentopsWorker",
     "JOB_CLASS": "agentops.workers.AgentopsJob",
 }
@@ -695,8 +695,8 @@ API_IDEMPOTENCY_TTL_SECONDS = _customers.integer(
     "afresh.",
 )
 
-# Notifications out (agentops/notifications, docs/operating/notifications.md): NOTIFY_URL is told, by a
-# signed JSON POST, of each event in NOTIFY_EVENTS. Empty: nothing is sent, nor recorded.
+# Notifications out (agentops/notifications, docs/operating/notifications.md): NOTIFY_URL is told,
+# by a signed JSON POST, of each event in NOTIFY_EVENTS. Empty: nothing is sent, nor recorded.
 NOTIFY_URL = _notify.text(
     "NOTIFY_URL",
     "",
@@ -771,13 +771,13 @@ AUDIT_RESTART_CHECK_SECONDS = _audit.seconds(
     shown="`60` (tests: `0`)",
 )
 
-# The journal's retention (docs/design.md §17, docs/operating/retention.md). Tasks, steps and entries are
-# partitioned by when each task was made, in ranges this wide, made this many ranges ahead; a
-# range whose tasks are all over and untouched this long after it ended is dropped whole, by
-# a job the sweeper rings this often (0: never; `manage.py journal_retain` by hand). A keep of
-# 0 keeps the journal for good. What the guards need for good (which objects have a standing
-# once-only effect, with its evidence) is never dropped. Width, ahead and keep are written to
-# the database by `migrate`, as the tables' owner: the app's role cannot shorten the keep.
+# The journal's retention (docs/design.md §17, docs/operating/retention.md). Tasks, steps and
+# entries are partitioned by when each task was made, in ranges this wide, made this many ranges
+# ahead; a range whose tasks are all over and untouched this long after it ended is dropped whole,
+# by a job the sweeper rings this often (0: never; `manage.py journal_retain` by hand). A keep of 0
+# keeps the journal for good. What the guards need for good (which objects have a standing once-only
+# effect, with its evidence) is never dropped. Width, ahead and keep are written to the database by
+# `migrate`, as the tables' owner: the app's role cannot shorten the keep.
 JOURNAL_PARTITION_SECONDS = _retention.seconds(
     "JOURNAL_PARTITION_SECONDS",
     7 * 24 * 3600.0,

@@ -34,7 +34,8 @@ def tool_setting(name: str, default: Any = _UNSET) -> Any:
     """A setting a tool declares (its provider's address, its key, how long its provider
     keeps keys): Django's setting of that name if there is one, else the environment
     variable of that name, else ``default``; with no default, :class:`SettingMissing`. So an
-    app's tool is configured without a settings module of its own (docs/your-own/tools-and-kinds.md, "Your own app")."""
+    app's tool is configured without a settings module of its own
+    (docs/your-own/tools-and-kinds.md, "Your own app")."""
     value = getattr(settings, name, _UNSET)
     if value is _UNSET:
         if name not in conf.declared:  # a call's path: made once, not at every call
