@@ -4,6 +4,9 @@
 
 PYTHON ?= python3
 PYTEST_ARGS ?=
+# pytest runs as this many shards side by side, each with a PostgreSQL and a Redis of its own
+# (devtools/stack/shards.py, tests/sharding.py); each prints its slowest tests at its end.
+TEST_SHARDS ?= 2
 VENV := .venv
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
@@ -28,7 +31,8 @@ test: $(STAMP) $(CHROMIUM) promtool
 	promtool test rules deploy/prometheus/agentops.rules.test.yml
 	$(NO_DATABASE) $(VENV)/bin/python -W 'ignore:Got an error checking a consistent migration history' \
 		manage.py makemigrations --check --dry-run
-	$(VENV)/bin/python scripts/stack.py test -- $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python scripts/stack.py test --shards $(TEST_SHARDS) -- \
+		$(VENV)/bin/python -m pytest --durations=15 $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml, docs/): built strictly (a broken link or anchor, or a page
 # left out of the nav, fails), then served with live reload beside `make run`'s port 8000.
