@@ -47,7 +47,7 @@ class ApproveIn(Schema):
 
 
 class RejectIn(ReasonIn):
-    approval_id: int
+    approval_id: int = Field(description="The held step's approval (``held.approval_id``).")
 
 
 class ReconcileIn(ReasonIn):
