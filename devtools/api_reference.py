@@ -43,6 +43,7 @@ def openapi_schema() -> dict[str, Any]:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
         os.environ.setdefault("DJANGO_DEBUG", "1")
         os.environ.setdefault("DATABASE_URL", "postgres://render@127.0.0.1:1/none")
+        os.environ.setdefault("LOG_LEVEL", "WARNING")  # not the apps' start-up notes
         django.setup()
     from agentops.api.views import api
 

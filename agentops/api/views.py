@@ -54,7 +54,8 @@ Start agentops tasks, read them, and do what an operator does to them.
 
 Authenticate with `Authorization: Bearer ao_live_…` (a client's token, from
 `manage.py api_client create`); session cookies are not accepted. Each endpoint needs a
-scope: `tasks:start`, `tasks:read`, `tasks:approve` or `tasks:operate`.
+scope, which it names as `x-scope`: `tasks:start`, `tasks:read`, `tasks:approve` or
+`tasks:operate`.
 
 Send an `Idempotency-Key` header with every POST (strongly recommended, above all when
 starting a task): a retry with the same key and body gets the first answer again, with
