@@ -37,8 +37,13 @@ def slug(heading: str) -> str:
 
 
 def anchors(page: Path) -> set[str]:
+    """A page's headings' anchors: their slugs, or the ids they are given (``{#id}``)."""
     text = FENCE.sub("", page.read_text())
-    return {slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M)}
+    found = set()
+    for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M):
+        given = re.search(r"\s\{#([\w-]+)\}$", m.group(1))
+        found.add(given.group(1) if given else slug(m.group(1)))
+    return found
 
 
 def broken_links(page: Path) -> list[str]:

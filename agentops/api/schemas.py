@@ -47,7 +47,7 @@ class ApproveIn(Schema):
 
 
 class RejectIn(ReasonIn):
-    approval_id: int
+    approval_id: int = Field(description="The held step's approval (``held.approval_id``).")
 
 
 class ReconcileIn(ReasonIn):
@@ -82,13 +82,13 @@ class StepOut(Schema):
 class HeldOut(Schema):
     """A saga's step held for a person: approve it with ``approval_id`` and ``digest``."""
 
-    approval_id: int
-    tool: str
-    args: dict[str, Any]
-    digest: str
-    reason: str
+    approval_id: int = Field(description="Which request for approval this is.")
+    tool: str = Field(description="The tool the step would call.")
+    args: dict[str, Any] = Field(description="The arguments it would call it with, frozen.")
+    digest: str = Field(description="The digest of the tool and arguments: approve with it.")
+    reason: str = Field(description="Why the saga holds it.")
     requested_at: datetime
-    expires_at: datetime
+    expires_at: datetime = Field(description="After this, the saga decides again.")
 
 
 class NotificationOut(Schema):
@@ -132,6 +132,8 @@ class TaskOut(Schema):
 
 
 class TaskBrief(Schema):
+    """A task in a list: read it whole at ``/api/v1/tasks/{task_id}``."""
+
     id: UUID
     kind: str
     status: str
@@ -146,19 +148,21 @@ class TaskPageOut(Schema):
     """One page of tasks, newest first."""
 
     items: list[TaskBrief]
-    page: int
-    pages: int
-    total: int
-    next_page: int | None
+    page: int = Field(description="This page's number, from 1.")
+    pages: int = Field(description="How many pages there are.")
+    total: int = Field(description="How many tasks there are, on every page.")
+    next_page: int | None = Field(description="The next page's number, if there is one.")
 
 
 class AlreadyDoneFact(Schema):
-    tool: str
-    object: str
-    evidence: dict[str, Any]
-    step_key: str
-    task_id: UUID
-    settled_at: datetime | None
+    """The once-only effect that already stands done, as the journal holds it."""
+
+    tool: str = Field(description="The tool whose effect it is.")
+    object: str = Field(description="The business object it acted on.")
+    evidence: dict[str, Any] = Field(description="The provider's ids for it.")
+    step_key: str = Field(description="The step's idempotency key at the provider.")
+    task_id: UUID = Field(description="The task whose step did it.")
+    settled_at: datetime | None = Field(description="When it was known done.")
 
 
 class AlreadyDoneOut(Schema):

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import ValidationError
-from ninja.params.functions import Header, Query
+from ninja.params.functions import Header, Path, Query
 
 from agentops.api import selectors
 from agentops.api.auth import ClientToken, RateLimited, client_of
@@ -54,7 +54,8 @@ Start agentops tasks, read them, and do what an operator does to them.
 
 Authenticate with `Authorization: Bearer ao_live_…` (a client's token, from
 `manage.py api_client create`); session cookies are not accepted. Each endpoint needs a
-scope: `tasks:start`, `tasks:read`, `tasks:approve` or `tasks:operate`.
+scope, which it names as `x-scope`: `tasks:start`, `tasks:read`, `tasks:approve` or
+`tasks:operate`.
 
 Send an `Idempotency-Key` header with every POST (strongly recommended, above all when
 starting a task): a retry with the same key and body gets the first answer again, with
@@ -80,15 +81,46 @@ IdempotencyKeyHeader = Header(
     description="A key of yours for this request (a UUID): a retry with it is answered "
     "as the first request was, and never done twice.",
 )
-PROBLEMS: dict[int | str, Any] = {
-    400: Problem,
-    401: Problem,
-    403: Problem,
-    404: Problem,
-    409: Problem,
-    422: Problem,
-    429: Problem,
+# What each refusal means, in the schema (and so in docs/api.md, rendered from it); an
+# endpoint lists those it can answer.
+TaskId = Annotated[uuid.UUID, Path(description="The task's id (`id` in the answers).")]
+PROBLEMS: dict[int, str] = {
+    400: "The `Idempotency-Key` header is not a valid key; nothing was done.",
+    401: "No token, or one that is not a live client's (revoked, or never made).",
+    403: "The client's token lacks the scope this endpoint needs (the answer names it).",
+    404: "There is no task with that id.",
+    409: "Refused as things stand, with the journal's sentence (a task that does not need a "
+    "person, a step that may still have acted, a digest that is not what waits); or a "
+    "request with the same `Idempotency-Key` is still being answered: send it again in a "
+    "moment.",
+    422: "The request is not valid, every problem in `problems`, and nothing was done; or the "
+    "same `Idempotency-Key` was sent with another method, path or body.",
+    429: "More than `API_RATE_LIMIT` requests this minute from this client: try again after "
+    "`Retry-After` seconds.",
 }
+READ = (401, 403, 422, 429)
+ACT = (400, 401, 403, 404, 409, 422, 429)
+
+
+def answers(scope: ApiScope, ok: dict[int, tuple[Any, str]], problems: tuple[int, ...]) -> Any:
+    """An endpoint's ``response`` and ``openapi_extra``: what it answers, what each answer
+    means, and the scope its client needs (``x-scope``, which its view checks with
+    ``client_of``), so that the schema says all three."""
+    meanings = {status: meaning for status, (_, meaning) in ok.items()}
+    meanings.update({status: PROBLEMS[status] for status in problems})
+    return {
+        "response": {
+            **{status: model for status, (model, _) in ok.items()},
+            **dict.fromkeys(problems, Problem),
+        },
+        "openapi_extra": {
+            "x-scope": scope.value,
+            "responses": {status: {"description": m} for status, m in meanings.items()},
+        },
+    }
+
+
+TASK_NOW = (TaskOut, "The task, as it is now.")
 
 
 @api.exception_handler(ValidationError)
@@ -159,8 +191,18 @@ def _acting(task_id: uuid.UUID, act: Callable[[], object]) -> Answer:
 
 @api.post(
     "/tasks",
-    response={201: TaskOut, 200: AlreadyDoneOut, **PROBLEMS},
     summary="Start a task",
+    **answers(
+        ApiScope.TASKS_START,
+        {
+            201: (TaskOut, "The task, recorded: a worker runs it."),
+            200: (
+                AlreadyDoneOut,
+                "The effect the task is for already stands done: nothing was started.",
+            ),
+        },
+        (400, 401, 403, 409, 422, 429),
+    ),
 )
 def tasks_start(
     request: HttpRequest,
@@ -195,8 +237,12 @@ def tasks_start(
     return _once(request, client, work)
 
 
-@api.get("/tasks/{task_id}", response={200: TaskOut, **PROBLEMS}, summary="Read a task")
-def tasks_read(request: HttpRequest, task_id: uuid.UUID) -> HttpResponse:
+@api.get(
+    "/tasks/{task_id}",
+    summary="Read a task",
+    **answers(ApiScope.TASKS_READ, {200: TASK_NOW}, (*READ, 404)),
+)
+def tasks_read(request: HttpRequest, task_id: TaskId) -> HttpResponse:
     """The task: its status, why it needs a person if it does, its refs and summary, what is
     held for approval, and every step with its frozen arguments, key, and evidence or
     reason."""
@@ -204,12 +250,24 @@ def tasks_read(request: HttpRequest, task_id: uuid.UUID) -> HttpResponse:
     return _respond(_task(task_id))
 
 
-@api.get("/tasks", response={200: TaskPageOut, **PROBLEMS}, summary="List tasks by reference")
+@api.get(
+    "/tasks",
+    summary="List tasks by reference",
+    **answers(ApiScope.TASKS_READ, {200: (TaskPageOut, "A page of tasks, newest first.")}, READ),
+)
 def tasks_list(
     request: HttpRequest,
-    ref: str = Query("", description="An invoice (INV-2291), or an object a step acted on."),
-    page: int = Query(1, ge=1),
-    per_page: int = Query(selectors.PER_PAGE, ge=1, le=selectors.PER_PAGE_MAX),
+    ref: str = Query(
+        "",
+        description="What the operators' search finds a task by (a reference its kind "
+        "declares, such as an invoice, `INV-2291`; a customer's name or email; a provider's id "
+        "in its evidence; a step's key; the task's id), or an object one of its steps acted "
+        "on (`INV-2291` or `charge:INV-2291`).",
+    ),
+    page: int = Query(1, ge=1, description="Which page, from 1."),
+    per_page: int = Query(
+        selectors.PER_PAGE, ge=1, le=selectors.PER_PAGE_MAX, description="Tasks a page."
+    ),
 ) -> TaskPageOut:
     """Tasks about a business reference (all tasks without one), newest first, a page at a
     time."""
@@ -222,12 +280,12 @@ def tasks_list(
 
 @api.post(
     "/tasks/{task_id}/approve",
-    response={200: TaskOut, **PROBLEMS},
     summary="Approve a held step",
+    **answers(ApiScope.TASKS_APPROVE, {200: TASK_NOW}, ACT),
 )
 def tasks_approve(
     request: HttpRequest,
-    task_id: uuid.UUID,
+    task_id: TaskId,
     payload: ApproveIn,
     idempotency_key: str | None = IdempotencyKeyHeader,
 ) -> HttpResponse:
@@ -252,11 +310,13 @@ def tasks_approve(
 
 
 @api.post(
-    "/tasks/{task_id}/reject", response={200: TaskOut, **PROBLEMS}, summary="Reject a held step"
+    "/tasks/{task_id}/reject",
+    summary="Reject a held step",
+    **answers(ApiScope.TASKS_APPROVE, {200: TASK_NOW}, ACT),
 )
 def tasks_reject(
     request: HttpRequest,
-    task_id: uuid.UUID,
+    task_id: TaskId,
     payload: RejectIn,
     idempotency_key: str | None = IdempotencyKeyHeader,
 ) -> HttpResponse:
@@ -277,10 +337,14 @@ def tasks_reject(
     )
 
 
-@api.post("/tasks/{task_id}/resume", response={200: TaskOut, **PROBLEMS}, summary="Resume a task")
+@api.post(
+    "/tasks/{task_id}/resume",
+    summary="Resume a task",
+    **answers(ApiScope.TASKS_OPERATE, {200: TASK_NOW}, ACT),
+)
 def tasks_resume(
     request: HttpRequest,
-    task_id: uuid.UUID,
+    task_id: TaskId,
     payload: ReasonIn,
     idempotency_key: str | None = IdempotencyKeyHeader,
 ) -> HttpResponse:
@@ -296,10 +360,14 @@ def tasks_resume(
     )
 
 
-@api.post("/tasks/{task_id}/cancel", response={200: TaskOut, **PROBLEMS}, summary="Cancel a task")
+@api.post(
+    "/tasks/{task_id}/cancel",
+    summary="Cancel a task",
+    **answers(ApiScope.TASKS_OPERATE, {200: TASK_NOW}, ACT),
+)
 def tasks_cancel(
     request: HttpRequest,
-    task_id: uuid.UUID,
+    task_id: TaskId,
     payload: ReasonIn,
     idempotency_key: str | None = IdempotencyKeyHeader,
 ) -> HttpResponse:
@@ -318,12 +386,12 @@ def tasks_cancel(
 
 @api.post(
     "/tasks/{task_id}/reconcile",
-    response={200: TaskOut, **PROBLEMS},
     summary="Look a task's unknown steps up now",
+    **answers(ApiScope.TASKS_OPERATE, {200: TASK_NOW}, ACT),
 )
 def tasks_reconcile(
     request: HttpRequest,
-    task_id: uuid.UUID,
+    task_id: TaskId,
     payload: ReconcileIn,
     idempotency_key: str | None = IdempotencyKeyHeader,
 ) -> HttpResponse:
