@@ -229,7 +229,8 @@ class AgentopsWorker(SimpleWorker):
         self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
         self.pubsub = self.connection.pubsub()
         self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
-        self.pubsub_thread = self.pubsub.run_in_thread(
+        # RQ declares the attribute None (untyped), as before it subscribes.
+        self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]
             sleep_time=self.pubsub_wait_seconds,
             daemon=True,
             exception_handler=self._pubsub_exception_handler,
