@@ -134,6 +134,22 @@ def tooling_declare() -> None:
         "set by the launcher",
     )
     TOOLING.setting(
+        "AGENTOPS_TEST_SHARD",
+        "text",
+        "",
+        "`I/N`: this pytest runs the test files the split gives shard I of N "
+        "(`tests/sharding.py`), and the others' are deselected.",
+        "set by `stack.py test --shards N`",
+    )
+    TOOLING.setting(
+        "AGENTOPS_TEST_DURATIONS",
+        "path",
+        "",
+        "A file this pytest run adds the seconds each test file took to, merged with what "
+        "it holds (`tests/durations.json` is the record the shards are balanced by).",
+        "unset: nothing recorded",
+    )
+    TOOLING.setting(
         "AGENTOPS_CHAOS_KILL",
         "text",
         "",
