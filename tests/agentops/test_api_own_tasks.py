@@ -211,3 +211,34 @@ def test_over_mcp_effects_for_and_check_effect_tell_only_of_the_clients_own_task
         assert [e["reference"] for e in data(listed)["effects"]][-1] == charge.key
         assert data(by_key)["status"] == data(by_object)["status"] == "done"
         assert data(by_key)["evidence"] == charge.evidence
+
+
+# --- Bad input, clear errors ----------------------------------------------------------------------
+
+
+def test_a_body_over_the_limit_is_413_in_the_apis_json_and_starts_nothing() -> None:
+    made, http = client("tasks:start", "tasks:approve")
+    inv = invoice()
+    body = {"kind": "renewal", "goal": "x" * 5000, "refs": renewal_refs(inv)}
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(invoice()), actor=made.actor)
+    with override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000):
+        for path in ("/api/v1/tasks", f"/api/v1/tasks/{task.pk}/reject"):
+            for key in (None, "big-1"):
+                headers = {} if key is None else {"Idempotency-Key": key}
+                answer = http.post(
+                    path, json.dumps(body), content_type="application/json", headers=headers
+                )
+                assert answer.status_code == 413, (path, answer.content)
+                assert answer["Content-Type"] == "application/json; charset=utf-8"
+                detail = answer.json()["detail"]
+                assert "larger than the 1000 bytes" in detail and "nothing was done" in detail
+    assert not Task.objects.filter(refs__invoice=inv).exists()
+    # The same key with a body within the limit is done (the refused one left no record).
+    small = {"kind": "renewal", "goal": "renew", "refs": renewal_refs(inv)}
+    started = http.post(
+        "/api/v1/tasks",
+        json.dumps(small),
+        content_type="application/json",
+        headers={"Idempotency-Key": "big-1"},
+    )
+    assert started.status_code == 201, started.content
