@@ -9,6 +9,7 @@ Real PostgreSQL (which refuses NUL in text): a NUL that reached a query would be
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from agentops.api.auth import api_client_create
 from agentops.effects import task_start
 from agentops.models import ApiScope
 from commerce.customers.links import payment_token
+from journal.models import Task
+from tests.agentops.test_api_own_tasks import client, held_trip
 from tests.agentops.test_business_effects import renewal_refs
 from tests.agentops.workers import quiet_world
 from tests.journal.support import invoice
@@ -114,3 +117,35 @@ def test_no_get_route_answers_500_to_unprintable_or_broken_parameters() -> None:
         assert refused.status_code == 400
         assert f"the parameter {name} holds a control character" in refused.content.decode()
     assert operator.get("/audit/?q=%E2%80%AE").status_code == 200
+
+
+def test_a_nul_in_an_actions_reason_or_digest_is_422_and_does_nothing() -> None:
+    """Found beside the fuzz test: a reason holding NUL reached the journal (500)."""
+    made, http = client()
+    task = held_trip(made.actor)
+    held = http.get(f"/api/v1/tasks/{task.pk}").json()["held"]
+    for action, body, field in [
+        ("resume", {"reason": "go\x00"}, "reason"),
+        ("cancel", {"reason": "\x01stop"}, "reason"),
+        ("reject", {"approval_id": held["approval_id"], "reason": "no\x00"}, "reason"),
+        ("approve", {"approval_id": held["approval_id"], "digest": "\x00"}, "digest"),
+    ]:
+        answer = http.post(
+            f"/api/v1/tasks/{task.pk}/{action}",
+            json.dumps(body),
+            content_type="application/json",
+            headers={"Idempotency-Key": f"nul-{action}"},
+        )
+        assert answer.status_code == 422, (action, answer.content)
+        said = answer.json()["problems"]
+        assert said == [f"body.payload.{field}: must not contain control characters"]
+    multi_line = {"reason": "looked at it\nand it can go on"}
+    assert (
+        http.post(
+            f"/api/v1/tasks/{task.pk}/resume",
+            json.dumps(multi_line),
+            content_type="application/json",
+        ).status_code
+        == 409
+    )  # read, and refused by the journal as things stand (not 422)
+    assert Task.objects.get(pk=task.pk).status == "awaiting_approval"
