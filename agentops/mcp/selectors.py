@@ -247,10 +247,14 @@ def check(*, reference: str, client: ApiClient) -> Answer | None:
         return found
     if check_seen(reference=reference, client=client, everything=True) is None:
         return None
+    asked = reference.strip()
     return Answer(
         state="unknown",
-        reason=f"{reference.strip()!r} names an effect of a task this client did not start, "
-        f"which it is not told of (its token lacks the scope {ApiScope.TASKS_READ_ALL.value})",
+        reason=f"{asked!r} names an effect of a task this client did not start, which it is "
+        f"not told of (its token lacks the scope {ApiScope.TASKS_READ_ALL.value})",
+        # Only what was asked, said back: the step's key, or the object's name.
+        reference=asked if _is_step_key(asked) else None,
+        object=None if _is_step_key(asked) else asked,
         waiting_for="the intent asked for again: it never acts twice, and tells what became "
         "of its effect",
     )

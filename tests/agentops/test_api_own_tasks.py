@@ -200,9 +200,12 @@ def test_over_mcp_effects_for_and_check_effect_tell_only_of_the_clients_own_task
         said = data(result)
         # Not "nothing was done" (untrue), and nothing of the task: not its id, key or evidence.
         assert said["status"] == "unknown" and said["evidence"] in ({}, None)
-        assert said["task"] is None and said["reference"] is None and said["object"] is None
+        assert said["task"] is None and said["tool"] is None and said["at"] is None
         assert "tasks:read:all" in said["reason"]
-    for result in (listed, by_email, by_object):  # (by_key names the key it was asked of)
+    # Only what was asked is said back: the key, or the object.
+    assert data(by_key)["reference"] == charge.key and data(by_key)["object"] is None
+    assert data(by_object)["object"] == f"charge:{inv}" and data(by_object)["reference"] is None
+    for result in (listed, by_email, by_object):
         shown = json.dumps(data(result)) + text(result)
         assert not [s for s in secrets if s in shown], shown
 
