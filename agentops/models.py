@@ -70,7 +70,8 @@ class ApiScope(models.TextChoices):
     """``tasks:operate`` for every task, whoever started it."""
     MCP = "mcp", "use agentops over MCP"
     """The MCP server (agentops/mcp, ``manage.py mcp_server``): ask for the installed apps'
-    intents (each a task, as this client) and read what the journal knows of effects."""
+    intents (each a task, as this client) and read what the journal knows of effects — of
+    the tasks this client started, or every task with ``tasks:read:all``."""
 
 
 EVERY_TASK: dict[str, str] = {
