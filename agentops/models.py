@@ -53,15 +53,34 @@ class ApiScope(models.TextChoices):
     """GET /metrics: the Prometheus exposition (counts of tasks, steps, approvals, queues),
     from any address (agentops/telemetry/exposition.py)."""
     TASKS_READ = "tasks:read", "read tasks"
-    """GET /api/v1/tasks and /api/v1/tasks/{id}: tasks, their steps, evidence and refs (which
-    name customers' addresses)."""
+    """GET /api/v1/tasks and /api/v1/tasks/{id}: the tasks this client started (over the API
+    or MCP), their steps, evidence and refs (which name customers' addresses)."""
+    TASKS_READ_ALL = "tasks:read:all", "read every client's tasks"
+    """``tasks:read`` for every task, whoever started it; over MCP, ``effects_for`` and
+    ``check_effect`` tell of every task too."""
     TASKS_APPROVE = "tasks:approve", "approve or reject held steps"
-    """POST …/approve and …/reject: decide a saga's step held for a person."""
+    """POST …/approve and …/reject: decide a saga's step held for a person, in a task this
+    client started."""
+    TASKS_APPROVE_ALL = "tasks:approve:all", "approve or reject held steps of every client's tasks"
+    """``tasks:approve`` for every task, whoever started it."""
     TASKS_OPERATE = "tasks:operate", "resume, cancel and reconcile tasks"
-    """POST …/resume, …/cancel and …/reconcile: what an operator does to a task handed over."""
+    """POST …/resume, …/cancel and …/reconcile: what an operator does to a task handed over,
+    in a task this client started."""
+    TASKS_OPERATE_ALL = "tasks:operate:all", "resume, cancel and reconcile every client's tasks"
+    """``tasks:operate`` for every task, whoever started it."""
     MCP = "mcp", "use agentops over MCP"
     """The MCP server (agentops/mcp, ``manage.py mcp_server``): ask for the installed apps'
-    intents (each a task, as this client) and read what the journal knows of effects."""
+    intents (each a task, as this client) and read what the journal knows of effects — of
+    the tasks this client started, or every task with ``tasks:read:all``."""
+
+
+EVERY_TASK: dict[str, str] = {
+    ApiScope.TASKS_READ.value: ApiScope.TASKS_READ_ALL.value,
+    ApiScope.TASKS_APPROVE.value: ApiScope.TASKS_APPROVE_ALL.value,
+    ApiScope.TASKS_OPERATE.value: ApiScope.TASKS_OPERATE_ALL.value,
+}
+"""A scope on the tasks a client started, and the scope that widens it to every task (and
+grants it: a client with ``tasks:read:all`` reads its own tasks too)."""
 
 
 class ApiClient(models.Model):
@@ -94,6 +113,21 @@ class ApiClient(models.Model):
     def actor(self) -> str:
         """Who the journal says acted, for everything this client does."""
         return f"api:{self.name}"
+
+    @property
+    def actors(self) -> tuple[str, str]:
+        """Who the journal says started a task this client started: over the HTTP API
+        (``api:<name>``) or over MCP (``mcp:<name>``), the same program with the same token."""
+        return f"api:{self.name}", f"mcp:{self.name}"
+
+    def may(self, scope: str) -> bool:
+        """Whether the token carries ``scope``, or the scope that widens it to every task."""
+        return scope in self.scopes or EVERY_TASK.get(scope, scope) in self.scopes
+
+    def sees_every_task(self, scope: str) -> bool:
+        """Whether ``scope`` reaches every task for this client, not only those it started."""
+        wider = EVERY_TASK.get(scope)
+        return wider is not None and wider in self.scopes
 
 
 class IdempotencyState(models.TextChoices):

@@ -175,6 +175,6 @@ def client_of(request: HttpRequest, scope: ApiScope) -> ApiClient:
     client: Any = getattr(request, "auth", None)
     if not isinstance(client, ApiClient):  # never: every endpoint but the schema has auth
         raise HttpError(401, "Unauthorized")
-    if scope.value not in client.scopes:
+    if not client.may(scope.value):
         raise MissingScope(client, scope)
     return client

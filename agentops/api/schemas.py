@@ -7,7 +7,8 @@ from typing import Any, Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import Field
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
 
 StepState = Literal["done", "not_done", "unknown", "in_flight"]
 
@@ -33,8 +34,18 @@ class TaskIn(Schema):
     )
 
 
+def printable(value: str) -> str:
+    """A text the journal records: line breaks and tabs, but no other control character (NUL
+    above all, which PostgreSQL refuses in text): refused (422) before anything is done."""
+    if any((ord(c) < 32 and c not in "\n\r\t") or ord(c) == 127 for c in value):
+        raise PydanticCustomError("control_characters", "must not contain control characters")
+    return value
+
+
 class ReasonIn(Schema):
     reason: str = Field(min_length=1, max_length=2000, description="Why (recorded).")
+
+    _printable = field_validator("reason")(printable)
 
 
 class ApproveIn(Schema):
@@ -44,6 +55,8 @@ class ApproveIn(Schema):
         description="The digest of the tool and arguments you approve (``held.digest``): "
         "another step than the one you saw is refused.",
     )
+
+    _printable = field_validator("digest")(printable)
 
 
 class RejectIn(ReasonIn):

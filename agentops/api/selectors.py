@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 
 from agentops.api.schemas import (
@@ -17,9 +17,10 @@ from agentops.api.schemas import (
     TaskOut,
     TaskPageOut,
 )
+from agentops.models import ApiClient
 from agentops.operators import selectors as pages
 from journal.keys import UnsafeName, object_key
-from journal.models import Step, Task
+from journal.models import Entry, EntryKind, Step, Task
 from journal.outcomes import StepState
 
 PER_PAGE = 25
@@ -32,6 +33,29 @@ STATE_NAMES = {
     StepState.UNKNOWN: "unknown",
     StepState.PENDING: "in_flight",
 }
+
+
+def tasks_seen(*, client: ApiClient, scope: str) -> QuerySet[Task]:
+    """The tasks ``client`` reaches with ``scope``: every task if its token carries the scope
+    that widens it (``tasks:read:all``…), else only those it started, over the API or MCP.
+
+    Who started a task is what the journal already says: its first entry (``task_created``,
+    written with the task by ``journal_task_create``) names ``api:<client>`` or
+    ``mcp:<client>``. Looked up by the entries' one index, (task, id), for each task asked
+    about; nothing new is written, and the journal's tables are as they were."""
+    tasks = Task.objects.all()
+    if client.sees_every_task(scope):
+        return tasks
+    started = Entry.objects.filter(
+        task_id=OuterRef("pk"), kind=EntryKind.TASK_CREATED, actor__in=client.actors
+    )
+    return tasks.filter(Exists(started))
+
+
+def task_seen(*, task_id: uuid.UUID, client: ApiClient, scope: str) -> bool:
+    """Whether ``client`` reaches the task with ``scope``. Another client's task is, to it,
+    no task at all (404, as one that does not exist: it is not told that it exists)."""
+    return tasks_seen(client=client, scope=scope).filter(pk=task_id).exists()
 
 
 def task_out(*, task_id: uuid.UUID) -> TaskOut:
@@ -109,14 +133,15 @@ def task_out(*, task_id: uuid.UUID) -> TaskOut:
     )
 
 
-def tasks_by_ref(ref: str) -> QuerySet[Task]:
+def tasks_by_ref(ref: str, tasks: QuerySet[Task] | None = None) -> QuerySet[Task]:
     """Tasks about a business reference, newest first: what the operators' search finds (a
     reference its kind declares, such as a renewal's invoice or each invoice of a reminders
     batch; a provider's id in a step's evidence; a step's key; the task's id), or a task one
     of whose steps acted on the object — its whole name (``charge:INV-2291``) or its last
-    part (``INV-2291``), compared in the journal's normal form."""
+    part (``INV-2291``), compared in the journal's normal form. Among ``tasks`` (a client's,
+    :func:`tasks_seen`) when given, else among all."""
     ref = ref.strip()
-    tasks = Task.objects.order_by("-created_at", "pk")
+    tasks = (Task.objects.all() if tasks is None else tasks).order_by("-created_at", "pk")
     if not ref:
         return tasks
     if len(ref) > REF_MAX_LENGTH or "\x00" in ref:
@@ -130,10 +155,12 @@ def tasks_by_ref(ref: str) -> QuerySet[Task]:
     return tasks.filter(found | Q(pk__in=acted_on.values("task_id")))
 
 
-def task_page_out(*, ref: str, page: int, per_page: int) -> TaskPageOut:
+def task_page_out(
+    *, ref: str, page: int, per_page: int, tasks: QuerySet[Task] | None = None
+) -> TaskPageOut:
     per_page = min(max(per_page, 1), PER_PAGE_MAX)
     paginator = Paginator(
-        tasks_by_ref(ref).only(
+        tasks_by_ref(ref, tasks).only(
             "id",
             "kind",
             "status",

@@ -8,6 +8,8 @@ import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import ValidationError
@@ -55,7 +57,9 @@ Start agentops tasks, read them, and do what an operator does to them.
 Authenticate with `Authorization: Bearer ao_live_…` (a client's token, from
 `manage.py api_client create`); session cookies are not accepted. Each endpoint needs a
 scope, which it names as `x-scope`: `tasks:start`, `tasks:read`, `tasks:approve` or
-`tasks:operate`.
+`tasks:operate`. A client reads and acts on the tasks it started (over this API or MCP);
+`tasks:read:all`, `tasks:approve:all` and `tasks:operate:all` reach every client's tasks.
+Another client's task is, to it, no task: 404, as one that does not exist.
 
 Send an `Idempotency-Key` header with every POST (strongly recommended, above all when
 starting a task): a retry with the same key and body gets the first answer again, with
@@ -88,7 +92,10 @@ PROBLEMS: dict[int, str] = {
     400: "The `Idempotency-Key` header is not a valid key; nothing was done.",
     401: "No token, or one that is not a live client's (revoked, or never made).",
     403: "The client's token lacks the scope this endpoint needs (the answer names it).",
-    404: "There is no task with that id.",
+    404: "There is no task with that id among those this client may reach (the tasks it "
+    "started, or every task with the scope's `:all`).",
+    413: "The request's body is larger than the server takes (`DATA_UPLOAD_MAX_MEMORY_SIZE`); "
+    "nothing was read, nor done.",
     409: "Refused as things stand, with the journal's sentence (a task that does not need a "
     "person, a step that may still have acted, a digest that is not what waits); or a "
     "request with the same `Idempotency-Key` is still being answered: send it again in a "
@@ -99,7 +106,7 @@ PROBLEMS: dict[int, str] = {
     "`Retry-After` seconds.",
 }
 READ = (401, 403, 422, 429)
-ACT = (400, 401, 403, 404, 409, 422, 429)
+ACT = (400, 401, 403, 404, 409, 413, 422, 429)
 
 
 def answers(scope: ApiScope, ok: dict[int, tuple[Any, str]], problems: tuple[int, ...]) -> Any:
@@ -133,6 +140,22 @@ def invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     ]
     return api.create_response(
         request, {"detail": "the request is not valid", "problems": problems}, status=422
+    )
+
+
+@api.exception_handler(RequestDataTooBig)
+def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    """A body over Django's limit, found when the body is first read: 413 in the API's own
+    shape (Django alone answers it 400, as an HTML page). Nothing was read, nor done, nor
+    stored for its Idempotency-Key."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return api.create_response(
+        request,
+        {
+            "detail": f"the request's body is larger than the {limit} bytes this server takes "
+            "(DATA_UPLOAD_MAX_MEMORY_SIZE); nothing was done"
+        },
+        status=413,
     )
 
 
@@ -175,9 +198,12 @@ def _task(task_id: uuid.UUID, status: int = 200) -> Answer:
         return problem(404, f"no task {task_id}")
 
 
-def _acting(task_id: uuid.UUID, act: Callable[[], object]) -> Answer:
-    """Do an operator's action on a task; the task as it is now, or why not (409)."""
-    if not Task.objects.filter(pk=task_id).exists():
+def _acting(
+    task_id: uuid.UUID, act: Callable[[], object], *, client: ApiClient, scope: ApiScope
+) -> Answer:
+    """Do an operator's action on a task; the task as it is now, or why not (409). Another
+    client's task, unless ``scope`` reaches every task for this one, is no task (404)."""
+    if not selectors.task_seen(task_id=task_id, client=client, scope=scope):
         return problem(404, f"no task {task_id}")
     try:
         act()
@@ -201,7 +227,7 @@ def _acting(task_id: uuid.UUID, act: Callable[[], object]) -> Answer:
                 "The effect the task is for already stands done: nothing was started.",
             ),
         },
-        (400, 401, 403, 409, 422, 429),
+        (400, 401, 403, 409, 413, 422, 429),
     ),
 )
 def tasks_start(
@@ -246,7 +272,9 @@ def tasks_read(request: HttpRequest, task_id: TaskId) -> HttpResponse:
     """The task: its status, why it needs a person if it does, its refs and summary, what is
     held for approval, and every step with its frozen arguments, key, and evidence or
     reason."""
-    client_of(request, ApiScope.TASKS_READ)
+    client = client_of(request, ApiScope.TASKS_READ)
+    if not selectors.task_seen(task_id=task_id, client=client, scope=ApiScope.TASKS_READ):
+        return _respond(problem(404, f"no task {task_id}"))
     return _respond(_task(task_id))
 
 
@@ -269,10 +297,11 @@ def tasks_list(
         selectors.PER_PAGE, ge=1, le=selectors.PER_PAGE_MAX, description="Tasks a page."
     ),
 ) -> TaskPageOut:
-    """Tasks about a business reference (all tasks without one), newest first, a page at a
-    time."""
-    client_of(request, ApiScope.TASKS_READ)
-    return selectors.task_page_out(ref=ref, page=page, per_page=per_page)
+    """This client's tasks (every client's, with `tasks:read:all`) about a business reference
+    (all of them without one), newest first, a page at a time."""
+    client = client_of(request, ApiScope.TASKS_READ)
+    seen = selectors.tasks_seen(client=client, scope=ApiScope.TASKS_READ)
+    return selectors.task_page_out(ref=ref, page=page, per_page=per_page, tasks=seen)
 
 
 # --- What an operator does ---------------------------------------------------------------------
@@ -306,7 +335,11 @@ def tasks_approve(
                 "the request for approval had expired: the saga decides again and asks anew"
             )
 
-    return _once(request, client, lambda: _acting(task_id, act))
+    return _once(
+        request,
+        client,
+        lambda: _acting(task_id, act, client=client, scope=ApiScope.TASKS_APPROVE),
+    )
 
 
 @api.post(
@@ -333,6 +366,8 @@ def tasks_reject(
                 actor=client.actor,
                 reason=payload.reason,
             ),
+            client=client,
+            scope=ApiScope.TASKS_APPROVE,
         ),
     )
 
@@ -356,6 +391,8 @@ def tasks_resume(
         lambda: _acting(
             task_id,
             lambda: task_resume(task_id=task_id, actor=client.actor, reason=payload.reason),
+            client=client,
+            scope=ApiScope.TASKS_OPERATE,
         ),
     )
 
@@ -380,6 +417,8 @@ def tasks_cancel(
         lambda: _acting(
             task_id,
             lambda: task_cancel(task_id=task_id, actor=client.actor, reason=payload.reason),
+            client=client,
+            scope=ApiScope.TASKS_OPERATE,
         ),
     )
 
@@ -409,4 +448,8 @@ def tasks_reconcile(
             )
         steps_reconcile_now(step_ids=steps, actor=client.actor, reason=payload.reason)
 
-    return _once(request, client, lambda: _acting(task_id, act))
+    return _once(
+        request,
+        client,
+        lambda: _acting(task_id, act, client=client, scope=ApiScope.TASKS_OPERATE),
+    )

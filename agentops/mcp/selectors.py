@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
-from agentops.api.selectors import tasks_by_ref
+from agentops.api.selectors import tasks_by_ref, tasks_seen
 from agentops.kinds import tool_registry
-from agentops.models import ApiClient, IntentClientKey, IntentKey
+from agentops.models import ApiClient, ApiScope, IntentClientKey, IntentKey
 from journal.keys import KEY_PREFIX, UnsafeName, object_key
 from journal.models import Entry, EntryKind, Step, StepKind, Task, TaskStatus
 from journal.outcomes import StepState
@@ -144,22 +144,27 @@ def step_answer(step: Step, task: Task | None = None) -> Answer:
     )
 
 
-def standing_effect(*, key: str) -> Step | None:
+def standing_effect(*, key: str, tasks: QuerySet[Task] | None = None) -> Step | None:
     """The effect that stands on the object (normal form ``key``): done and not undone, or in
-    flight or unknown — whichever task made it. Done first."""
+    flight or unknown — whichever task made it (among ``tasks``, when given). Done first."""
     live = Q(state__in=(StepState.PENDING, StepState.UNKNOWN))
     done = Q(state=StepState.DONE, once=True, offset_by__isnull=True)
     steps = Step.objects.filter(live | done, guard_key=key, kind=StepKind.CALL).select_related(
         "task"
     )
+    if tasks is not None:
+        steps = steps.filter(task_id__in=tasks.values("pk"))
     found = sorted(steps, key=lambda s: (s.state != StepState.DONE, s.pk))
     return found[0] if found else None
 
 
-def object_answer(*, key: str, label: str, task_id: UUID | None) -> Answer:
-    """What is known of the effect on an object: the effect that stands on it; else the latest
-    of the task's steps on it; else where the task is."""
-    standing = standing_effect(key=key)
+def object_answer(
+    *, key: str, label: str, task_id: UUID | None, tasks: QuerySet[Task] | None = None
+) -> Answer:
+    """What is known of the effect on an object: the effect that stands on it (among
+    ``tasks``, when given); else the latest of the task's steps on it; else where the task
+    is."""
+    standing = standing_effect(key=key, tasks=tasks)
     if standing is not None:
         return step_answer(standing)
     if task_id is None:
@@ -223,17 +228,55 @@ def _is_step_key(reference: str) -> bool:
     return reference.startswith(f"{KEY_PREFIX}:")
 
 
+def _seen(client: ApiClient) -> QuerySet[Task] | None:
+    """The tasks an MCP client is told of: those it started (over MCP or the HTTP API), or
+    every task (None) when its token carries ``tasks:read:all``."""
+    if client.sees_every_task(ApiScope.TASKS_READ.value):
+        return None
+    return tasks_seen(client=client, scope=ApiScope.TASKS_READ.value)
+
+
 def check(*, reference: str, client: ApiClient) -> Answer | None:
+    """What became of the effect a reference names (:func:`check_seen`), told of the tasks
+    this client may read. An effect the journal holds only in another client's tasks is told
+    as ``unknown``, with no task, evidence or step: "nothing was done" would be untrue, and
+    the client is not told whose, or what became of it — the intent itself, asked again,
+    tells it (and never acts twice)."""
+    found = check_seen(reference=reference, client=client)
+    if found is not None or _seen(client) is None:
+        return found
+    if check_seen(reference=reference, client=client, everything=True) is None:
+        return None
+    asked = reference.strip()
+    return Answer(
+        state="unknown",
+        reason=f"{asked!r} names an effect of a task this client did not start, which it is "
+        f"not told of (its token lacks the scope {ApiScope.TASKS_READ_ALL.value})",
+        # Only what was asked, said back: the step's key, or the object's name.
+        reference=asked if _is_step_key(asked) else None,
+        object=None if _is_step_key(asked) else asked,
+        waiting_for="the intent asked for again: it never acts twice, and tells what became "
+        "of its effect",
+    )
+
+
+def check_seen(*, reference: str, client: ApiClient, everything: bool = False) -> Answer | None:
     """What became of the effect a reference names: a step's key (``ao:…``), this client's own
     idempotency key, an intent's key, or an object's name (``charge:INV-2291``). None when
-    the journal knows nothing by that name."""
+    the journal knows nothing by that name — among the tasks this client started, unless it
+    holds ``tasks:read:all``: another client's task is, to it, nothing. (Its own idempotency
+    key answers what the intent call it named was answered, whoever's effect that was.)"""
     reference = reference.strip()
     if not reference or len(reference) > 255:
         return None
+    seen = None if everything else _seen(client)
     if _is_step_key(reference):
-        step = Step.objects.filter(key=reference, kind=StepKind.CALL).select_related("task").first()
+        steps = Step.objects.filter(key=reference, kind=StepKind.CALL)
+        if seen is not None:
+            steps = steps.filter(task_id__in=seen.values("pk"))
+        step = steps.select_related("task").first()
         if step is not None:
-            standing = standing_effect(key=step.guard_key) if step.guard_key else None
+            standing = standing_effect(key=step.guard_key, tasks=seen) if step.guard_key else None
             if standing is not None and standing.pk != step.pk and step.state == StepState.NOT_DONE:
                 # Refused for another effect on the object: that one is the answer.
                 return step_answer(standing)
@@ -247,11 +290,18 @@ def check(*, reference: str, client: ApiClient) -> Answer | None:
     except UnsafeName:
         return None
     row = IntentKey.objects.filter(key=key).first()
-    if row is not None:
+    if row is not None and (
+        seen is None
+        or row.client_id == client.pk
+        or (row.task_id is not None and seen.filter(pk=row.task_id).exists())
+    ):
         return intent_answer(row=row)
-    if Step.objects.filter(guard_key=key, kind=StepKind.CALL).exists():
-        latest = Step.objects.filter(guard_key=key, kind=StepKind.CALL).order_by("-pk").first()
-        return object_answer(key=key, label=reference, task_id=latest.task_id if latest else None)
+    on_it = Step.objects.filter(guard_key=key, kind=StepKind.CALL)
+    if seen is not None:
+        on_it = on_it.filter(task_id__in=seen.values("pk"))
+    latest = on_it.order_by("-pk").first()
+    if latest is not None:
+        return object_answer(key=key, label=reference, task_id=latest.task_id, tasks=seen)
     return None
 
 
@@ -263,14 +313,16 @@ class Effect:
     kind: str
 
 
-def effects_for(*, reference: str) -> list[Effect]:
+def effects_for(*, reference: str, client: ApiClient) -> list[Effect]:
     """What has been done (or may have been) for a business reference — an invoice, a
-    customer, a traveller — across tasks, newest first: every effect a task about it attempted
-    (never a call refused before it was sent), with its evidence or reason and when."""
+    customer, a traveller — across the tasks ``client`` started (every task, with
+    ``tasks:read:all``), newest first: every effect a task about it attempted (never a call
+    refused before it was sent), with its evidence or reason and when."""
     reference = reference.strip()
     if not reference:
         return []
-    tasks = tasks_by_ref(reference).values("pk")
+    seen = _seen(client)
+    tasks = tasks_by_ref(reference, seen).values("pk")
     try:
         key = object_key(reference)
         on_it = Q(guard_key=key) | Q(guard_key__endswith=f":{key}")
@@ -279,6 +331,7 @@ def effects_for(*, reference: str) -> list[Effect]:
     steps = (
         Step.objects.filter(Q(task_id__in=tasks) | on_it, kind=StepKind.CALL, refusal="")
         .exclude(cost="read")
+        .filter(Q() if seen is None else Q(task_id__in=seen.values("pk")))
         .select_related("task")
         .order_by("-created_at", "-pk")[:EFFECTS_MAX]
     )

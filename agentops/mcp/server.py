@@ -229,7 +229,9 @@ def build_server(*, client: str | None = None) -> Server[Any]:
                     "invalid arguments: reference: 1 to 255 characters of text", params=params
                 )
             if name == wire.EFFECTS_FOR.name:
-                found = await _run(partial(selectors.effects_for, reference=reference))
+                found = await _run(
+                    partial(selectors.effects_for, reference=reference, client=caller)
+                )
                 return wire.effects_result(reference, found)
             checked = await _run(partial(selectors.check, reference=reference, client=caller))
             if checked is None:

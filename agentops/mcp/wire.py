@@ -221,8 +221,9 @@ EFFECTS_FOR = types.Tool(
     name="effects_for",
     title="Effects for a reference",
     description=(
-        "What has already been done for an invoice, a customer or a trip, across every task: "
-        "each effect with its status, evidence and when. Ask this before acting when you do "
+        "What has already been done for an invoice, a customer or a trip, across the tasks "
+        "you started (every task, if your client holds tasks:read:all): each effect with its "
+        "status, evidence and when. Ask this before acting when you do "
         "not remember what was done. Reads agentops' journal; changes nothing."
     ),
     input_schema=BUSINESS_INPUT,
@@ -335,7 +336,10 @@ def effects_result(reference: str, effects: Iterable[Effect]) -> types.CallToolR
             f"reference {a.reference}"
         )
     if not found:
-        lines = [f"agentops has recorded no effect for {reference}."]
+        lines = [
+            f"agentops has recorded no effect for {reference} in the tasks this client may "
+            "read (those it started, or every task with the scope tasks:read:all)."
+        ]
     said = f"{len(found)} effect(s) recorded" if found else "no effect recorded"
     return types.CallToolResult(
         content=[types.TextContent(type="text", text="\n".join(lines))],

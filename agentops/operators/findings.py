@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from agentops.audit import selectors
 from agentops.audit.models import Finding
 from agentops.audit.services import FindingRefused, finding_resolve
-from agentops.http import HtmxHttpRequest
+from agentops.http import BadQuery, HtmxHttpRequest, bad_query, query_params
 from agentops.operators.forms import ReasonForm
 
 # Findings show customers' payments, addresses and amounts: their own permission to look, and
@@ -29,7 +29,10 @@ FILTERS = ("state", "kind", "provider", "q", "page")
 @require_GET
 @permission_required(VIEW, raise_exception=True)
 def finding_list(request: HtmxHttpRequest) -> HttpResponse:
-    query = {k: request.GET[k] for k in FILTERS if request.GET.get(k)}
+    try:
+        query = query_params(request.GET, FILTERS)
+    except BadQuery as exc:
+        return bad_query(exc)
     data = selectors.finding_list(
         state=query.get("state", "open"),
         kind=query.get("kind", ""),

@@ -212,11 +212,11 @@ def test_a_task_for_a_paid_invoice_answers_with_the_charges_evidence_and_starts_
     sandboxed: None,
 ) -> None:
     inv = invoice()
-    paid = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
+    made, http = api_client("tasks:start", "tasks:read")
+    paid = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv), actor=made.actor)
     run(paid)
     charge = Step.objects.get(task=paid, tool="charge_customer")
     assert charge.state == "done"
-    _, http = api_client("tasks:start", "tasks:read")
 
     # Asked again, in other words and another spelling of the invoice: told, not started.
     answer = post(http, "/api/v1/tasks", start_body(inv.lower(), goal="Charge it again"), "k")
@@ -254,15 +254,17 @@ def test_a_renewal_whose_charge_is_not_done_is_started() -> None:
 
 
 def test_tasks_are_listed_by_reference_newest_first_a_page_at_a_time() -> None:
-    _, http = api_client("tasks:read")
+    made, http = api_client("tasks:read")
     inv = invoice()
     started = [
-        task_start(kind="renewal", goal=f"renew {i}", refs=renewal_refs(inv)).pk for i in range(3)
+        task_start(kind="renewal", goal=f"renew {i}", refs=renewal_refs(inv), actor=made.actor).pk
+        for i in range(3)
     ]
     reminders = task_start(
         kind="reminders",
         goal="remind",
         refs={"invoices": [{"invoice": inv, "email": "ada@example.com"}]},
+        actor=made.actor,
     )
     first = http.get("/api/v1/tasks", {"ref": inv, "per_page": "2"}).json()
     assert first["total"] == 4 and first["pages"] == 2 and first["next_page"] == 2
@@ -281,7 +283,7 @@ def test_no_token_a_wrong_or_revoked_token_is_401_and_a_missing_scope_403() -> N
     path = f"/api/v1/tasks/{task.pk}"
     assert Client().get(path).status_code == 401
     assert Client(HTTP_AUTHORIZATION="Bearer ao_live_nope").get(path).status_code == 401
-    made, token = api_client_create(name=f"prog-{uuid.uuid4().hex[:8]}", scopes=["tasks:read"])
+    made, token = api_client_create(name=f"prog-{uuid.uuid4().hex[:8]}", scopes=["tasks:read:all"])
     http = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
     assert http.get(path).status_code == 200
     # The same prefix with another secret: the hash decides, not the prefix.
@@ -339,10 +341,12 @@ def test_approve_through_the_api_is_recorded_under_the_clients_name() -> None:
         {"tool": "charge_customer"},
         {"tool": "send_email"},
     ]
-    task = task_start(kind="trip", goal="Lisbon", refs=trip_refs(invoice()), plan=plan)
+    made, http = api_client("tasks:read", "tasks:approve")
+    task = task_start(
+        kind="trip", goal="Lisbon", refs=trip_refs(invoice()), plan=plan, actor=made.actor
+    )
     run(task)  # held before its first step: nothing is sent
     assert Task.objects.get(pk=task.pk).status == "awaiting_approval"
-    made, http = api_client("tasks:read", "tasks:approve")
     held = http.get(f"/api/v1/tasks/{task.pk}").json()["held"]
     assert held["tool"] == "hold_flight"
 
@@ -363,8 +367,8 @@ def test_approve_through_the_api_is_recorded_under_the_clients_name() -> None:
 
 
 def test_an_action_the_journal_refuses_is_409_with_its_sentence() -> None:
-    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(invoice()))
     made, http = api_client("tasks:operate")
+    task = task_start(kind="renewal", goal="renew", refs=renewal_refs(invoice()), actor=made.actor)
     for action in ("resume", "cancel"):
         refused = post(http, f"/api/v1/tasks/{task.pk}/{action}", {"reason": "try"})
         assert refused.status_code == 409, action
@@ -376,7 +380,8 @@ def test_an_action_the_journal_refuses_is_409_with_its_sentence() -> None:
     no_reason = post(http, f"/api/v1/tasks/{task.pk}/resume", {})
     assert no_reason.status_code == 422
     assert no_reason.json()["problems"] == ["body.payload.reason: Field required"]
-    assert not Entry.objects.filter(task=task, actor=f"api:{made.name}").exists()
+    acted = Entry.objects.filter(task=task, actor=made.actor).exclude(kind=EntryKind.TASK_CREATED)
+    assert not acted.exists()
 
 
 # --- Clients, made and listed ------------------------------------------------------------------

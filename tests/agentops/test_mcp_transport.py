@@ -123,7 +123,7 @@ def test_over_stdio_as_a_subprocess_the_calls_are_the_configured_clients(
     [task] = Task.objects.filter(refs__invoice=inv)
     assert task.entries.get(kind="task_created").actor == f"mcp:{name}"
     # A task like any other: the HTTP API finds it by its invoice.
-    _, reader = mcp_client("tasks:read")
+    _, reader = mcp_client("tasks:read:all")
     api = DjangoClient(HTTP_AUTHORIZATION=f"Bearer {reader}")
     listed = api.get("/api/v1/tasks", {"ref": inv}).json()
     assert [t["id"] for t in listed["items"]] == [str(task.pk)]
@@ -162,7 +162,7 @@ def test_over_http_a_token_with_the_mcp_scope_is_required(
     [task] = Task.objects.filter(refs__invoice=inv)
     assert task.entries.get(kind="task_created").actor == f"mcp:{name}"
     # A task like any other: the HTTP API finds it by its invoice.
-    _, reader = mcp_client("tasks:read")
+    _, reader = mcp_client("tasks:read:all")
     api = DjangoClient(HTTP_AUTHORIZATION=f"Bearer {reader}")
     listed = api.get("/api/v1/tasks", {"ref": inv}).json()
     assert [t["id"] for t in listed["items"]] == [str(task.pk)]
