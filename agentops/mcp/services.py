@@ -129,6 +129,8 @@ def record_read(*, tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
     known = tool_registry().get(tool)
     if known is None or known.cost != CostClass.READ:
         raise RecordUnreadable(f"{tool} is not a declared READ tool")
+    if isinstance(args, Mapping):  # as an intent's arguments are: `` inv-2291 `` is inv-2291
+        args = _normalised(known.schema, args)
     problems = known.validate(args)
     if problems:
         raise IntentRefused("; ".join(problems))
