@@ -9,19 +9,26 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from mcp_types import CallToolResult
 
 from agentops.effects import RecordMissing
+from agentops.mcp import wire
+from agentops.mcp.selectors import Answer, step_answer
 from agentops.mcp.services import record_read
-from journal.models import Task
+from agentops.mcp.wire import ERRORS, REFUSALS
+from journal.models import Step, Task
 from tests.agentops.mcp_support import Session, data, in_process, mcp_client, run, text
 from tests.agentops.test_business_effects import charges_of
 from tests.agentops.workers import Fleet
-from tests.sandbox.fixtures import SandboxHandle
+from tests.sandbox.fixtures import SandboxHandle, wait_for
 
 pytestmark = pytest.mark.usefixtures("committed", "clean_faults")
 
@@ -136,3 +143,185 @@ def test_the_record_is_read_by_any_spelling(
             assert record["number"] == number and record["customer"] == customer
         with pytest.raises(RecordMissing):
             record_read(tool="look_up_invoice", args={"invoice": f"{number}9"})
+
+
+# --- One answer, said once: the text says what the fields say --------------------------------
+
+
+NOW = datetime(2026, 12, 1, 7, 16, 31, tzinfo=UTC)
+STEP = "ao:01a243de-80d8-74b1-8100-18e333f19c61:1"
+TASK = "01a243de-80d8-74b1-8100-18e333f19c61"
+NAMED: dict[str, Any] = {"intent": "charge_invoice", "object": "charge:INV-3001", "noun": "charge"}
+ANSWERS = {
+    "done": Answer(
+        state="done",
+        reason="payment pi_1 succeeded",
+        reference=STEP,
+        task=TASK,
+        evidence={"payment_intent": "pi_1", "charge": "ch_1"},
+        at=NOW,
+        **NAMED,
+    ),
+    "not_done": Answer(
+        state="not_done",
+        reason="card_declined: Your card was declined.",
+        reference=STEP,
+        task=TASK,
+        at=NOW,
+        **NAMED,
+    ),
+    "not_done, never attempted": Answer(
+        state="not_done", reason=f"task {TASK} ended (finished) without attempting it", **NAMED
+    ),
+    "unknown, in flight": Answer(
+        state="unknown",
+        reason="it is being attempted now",
+        reference=STEP,
+        task=TASK,
+        expected_at=NOW,
+        waiting_for=f"the provider's answer to {STEP}",
+        **NAMED,
+    ),
+    "unknown, timed out then 409": Answer(
+        state="unknown",
+        reason="its first call timed out (ReadTimeout): the provider may have processed it; "
+        "since then, the provider answered HTTP 409 idempotency_key_in_use",
+        reference=STEP,
+        task=TASK,
+        expected_at=NOW,
+        waiting_for=f"the lookup of {STEP} at the provider",
+        timed_out=True,
+        **NAMED,
+    ),
+    "unknown, with a person": Answer(
+        state="unknown",
+        reason="still unknown after 7 rounds",
+        reference=STEP,
+        task=TASK,
+        waiting_for="a person: the lookups did not settle it",
+        **NAMED,
+    ),
+    "waiting, not attempted yet": Answer(
+        state="unknown",
+        reason=f"task {TASK} was started for it and has not attempted it yet",
+        task=TASK,
+        expected_at=NOW,
+        waiting_for=f"task {TASK} to run",
+        **NAMED,
+    ),
+    "waiting, journal unreadable": Answer(
+        state="unknown",
+        reason="agentops could not finish answering (OperationalError)",
+        waiting_for="agentops' journal to answer again",
+        **NAMED,
+    ),
+    **{
+        f"refused: {code}": Answer(
+            state="not_done", refused=code, reason=f"{code}; nothing was done", **NAMED
+        )
+        for code in REFUSALS
+    },
+}
+
+
+@pytest.mark.parametrize("subject", ["invoice INV-3001", ""])
+@pytest.mark.parametrize("case", list(ANSWERS))
+def test_every_answer_says_in_its_text_what_its_fields_say(case: str, subject: str) -> None:
+    """For every status an intent (or check_effect) answers: the text starts with the
+    structured status and carries the structured reason as it stands, the evidence, the
+    reference and the time the answer is expected; a timeout is said in both or neither."""
+    result = wire.result(replace(ANSWERS[case], subject=subject))
+    fields, said = data(result), text(result)
+    assert said.startswith(f"{fields['status']} — "), said
+    assert fields["reason"] in said
+    if fields["reference"]:
+        assert fields["reference"] in said
+    if fields["expected_at"]:
+        assert "answer expected by 2026-12-01 07:16:31 UTC" in said
+    for value in fields["evidence"].values():
+        assert value in said
+    assert ("timed out" in said) == ("timed out" in fields["reason"])
+    assert ("may have happened" in said) == (
+        fields["status"] == "unknown" and bool(fields["reference"])
+    )
+    assert result.is_error == (fields["refused"] in ERRORS)
+
+
+def test_a_refused_or_missing_record_is_said_alike(
+    mcp_world: Fleet, payments_sandbox: SandboxHandle
+) -> None:
+    """Refusals over MCP (a paid invoice, none by that number): not_done, said alike in the
+    text and the fields (``Session`` checks every result so), and nothing is charged."""
+    paid, _ = stripe_invoice(payments_sandbox, status="paid")
+    name, _ = mcp_client()
+    refused, missing = ask(name, [{"invoice": paid.lower()}, {"invoice": f"{paid}9"}])
+    assert data(refused)["refused"] == "record_refused" and "is paid" in text(refused)
+    assert data(missing)["refused"] == "not_found"
+    assert charges_of(payments_sandbox, paid) == []
+
+
+# --- expected_at ------------------------------------------------------------------------------
+
+
+def test_expected_at_is_never_before_the_steps_next_check(
+    mcp_world: Fleet, payments_sandbox: SandboxHandle
+) -> None:
+    """The provider holds the charge 4 s; the worker's call gives up after 0.5 s. Whatever the
+    answer says while the charge is unknown, it expects the answer no earlier than the step's
+    next check, and never at a time already gone — a re-attempt in flight included."""
+    number, _ = stripe_invoice(payments_sandbox)
+    name, _ = mcp_client()
+    payments_sandbox.client.fault("payment_intents.create", "latency_before_effect", delay=4)
+    with override_settings(MCP_WAIT_SECONDS=0.2):
+        [first] = ask(name, [{"invoice": number}])
+    assert data(first)["status"] == "unknown", text(first)
+    task = data(first)["task"]
+    step = wait_for(
+        lambda: Step.objects.filter(task_id=task, kind="call", state="unknown").first(),
+        timeout=30,
+        interval=0.05,
+        what="the charge's call to time out",
+    )
+
+    async def poll() -> CallToolResult:
+        async with in_process(name) as client:
+            return await Session(client).call("check_effect", {"reference": reference})
+
+    reference = step.key
+    before = Step.objects.get(pk=step.pk)
+    polled = data(run(poll))
+    if polled["status"] == "unknown" and before.next_check_at is not None:
+        expected = parse_datetime(polled["expected_at"])
+        assert expected is not None and expected >= before.next_check_at
+
+    # The step as the journal holds it, read once: the answer is computed from it.
+    step = Step.objects.select_related("task").get(pk=step.pk)
+    if step.state == "unknown":
+        said = step_answer(step)
+        assert said.expected_at is not None and step.next_check_at is not None
+        assert said.expected_at >= step.next_check_at
+    # A check that is overdue (the worker is behind), or a re-attempt in flight whose first
+    # attempt started long ago: expected now or later, never at a time gone.
+    past = timezone.now() - timedelta(minutes=5)
+    overdue = replace_step(step, state="unknown", next_check_at=past)
+    expected = step_answer(overdue).expected_at
+    assert expected is not None and expected >= timezone.now() - timedelta(seconds=1)
+    again = replace_step(step, state="pending", next_check_at=None, first_started_at=past)
+    in_flight = step_answer(again)
+    assert in_flight.expected_at is not None
+    assert in_flight.expected_at >= timezone.now() - timedelta(seconds=1)
+
+    wait_for(
+        lambda: Step.objects.filter(pk=step.pk, state="done").exists(),
+        timeout=30,
+        what="the charge to be found",
+    )
+    assert len(charges_of(payments_sandbox, number)) == 1
+
+
+def replace_step(step: Step, **fields: Any) -> Step:
+    """A copy of the step, in memory only, with other fields (the journal is not written)."""
+    copy = Step.objects.select_related("task").get(pk=step.pk)
+    for name, value in fields.items():
+        setattr(copy, name, value)
+    return copy
