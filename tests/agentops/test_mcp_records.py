@@ -325,3 +325,31 @@ def replace_step(step: Step, **fields: Any) -> Step:
     for name, value in fields.items():
         setattr(copy, name, value)
     return copy
+
+
+def test_a_reminder_first_asked_in_small_letters_is_sent_once_for_the_record(
+    mcp_world: Fleet, payments_sandbox: SandboxHandle, mail_sandbox: SandboxHandle
+) -> None:
+    """``send_payment_reminder`` reads the record the same way: asked first in small letters,
+    then as the record spells it, reminder 1 is sent once, to the address the record names,
+    referenced by the record's number."""
+    number, _ = stripe_invoice(payments_sandbox)
+    name, _ = mcp_client()
+
+    async def body() -> list[CallToolResult]:
+        async with in_process(name) as client:
+            session = Session(client)
+            return [
+                await session.call("send_payment_reminder", {"invoice": s, "reminder": 1})
+                for s in (number.lower(), number)
+            ]
+
+    first, again = (data(r) for r in run(body))
+    assert first["status"] == again["status"] == "done", first
+    assert again["evidence"] == first["evidence"] and again["repeated"] is True
+    sent = [
+        m
+        for m in mail_sandbox.client.ledger(operation="messages.send")
+        if (m["params"].get("headers") or {}).get("X-Agentops-Reference") == number
+    ]
+    assert len(sent) == 1
