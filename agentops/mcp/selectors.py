@@ -215,7 +215,10 @@ def object_answer(*, key: str, label: str, task_id: UUID | None) -> Answer:
         return replace(
             where,
             reason=f"task {task.pk} was started for it and has not attempted it yet",
-            expected_at=_not_before_now(task.wake_at),
+            # Runnable: it runs as soon as a worker is free; waiting: at its wake-up time.
+            expected_at=_not_before_now(
+                task.wake_at or (timezone.now() if task.status == TaskStatus.RUNNABLE else None)
+            ),
             waiting_for=f"task {task.pk} to run",
         )
     if task.status == TaskStatus.NEEDS_HUMAN:
