@@ -128,6 +128,9 @@ def test_any_spelling_of_the_number_finds_the_record_and_charges_it_once(
     assert charge["params"]["customer"] == customer
     [task] = Task.objects.filter(refs__invoice=number)
     assert task.refs["invoice"] == number
+    # Named as the record spells it, though first asked for in small letters.
+    assert number in task.goal and number.lower() not in task.goal
+    assert all(f"the charge for invoice {number} " in text(a) for a in answers)
 
 
 def test_the_record_is_read_by_any_spelling(
