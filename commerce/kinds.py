@@ -58,7 +58,8 @@ CHARGE_BINDS: tuple[Bind, ...] = (
     Ref("amount", "amount"),
     Ref("currency", "currency", DEFAULT_CURRENCY),
     Ref("payment_method", "payment_method", DEFAULT_PAYMENT_METHOD),
-    Ref("customer", "customer", None),
+    # The customer the invoice names (cus_…): a Stripe id, in which case tells two apart.
+    Ref("customer", "customer", None, exact=True),
 )
 
 

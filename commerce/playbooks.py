@@ -6,6 +6,7 @@ planner wrote the email (``Append`` in commerce/kinds.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from agentops.effects import Call, Decision, Finish, Refusal, StepFact, StepState, TaskFacts
@@ -15,6 +16,12 @@ from commerce.customers.declines import decline_in
 
 def _last(facts: TaskFacts, tool: str) -> StepFact | None:
     return next((s for s in reversed(facts.steps) if s.tool == tool), None)
+
+
+def _customer(refs: Mapping[str, Any]) -> dict[str, Any]:
+    """The customer the charge is bound to, when the task names one (an invoice from Stripe
+    always does): the charge names exactly the task's, or none when the task names none."""
+    return {"customer": refs["customer"]} if refs.get("customer") else {}
 
 
 def renewal(facts: TaskFacts) -> Decision:
@@ -29,6 +36,7 @@ def renewal(facts: TaskFacts) -> Decision:
                 "amount": r["amount"],
                 "currency": r.get("currency", "usd"),
                 "payment_method": r.get("payment_method", "pm_card_visa"),
+                **_customer(r),
             },
         )
     if charge.refusal == Refusal.ALREADY_DONE:
@@ -79,6 +87,7 @@ def trip(facts: TaskFacts) -> Decision:
             "amount": r["amount"],
             "currency": r.get("currency", "usd"),
             "payment_method": r.get("payment_method", "pm_card_visa"),
+            **_customer(r),
         },
         "send_email": {
             "to": r["email"],

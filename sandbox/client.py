@@ -116,7 +116,7 @@ class SandboxClient:
 
     def invoice(self, **fields: Any) -> JSON:
         """Put an invoice in the payments sandbox's record: ``number``, ``amount_due``,
-        ``currency``, ``customer_email``, ``customer``, ``status`` (payments only)."""
+        ``currency``, ``customer_email``, ``customer``, ``status``, ``lines`` (payments only)."""
         made: JSON = self._call("POST", "/_sandbox/invoices", fields)
         return made
 

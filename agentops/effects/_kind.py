@@ -57,11 +57,15 @@ class Check:
 @dataclass(frozen=True)
 class Ref:
     """The argument ``arg`` is the task's ``ref`` (or ``default`` when the refs do not say;
-    with ``default=None`` an absent ref means the argument must be absent too)."""
+    with ``default=None`` an absent ref means the argument must be absent too). Names are
+    compared as the guards compare them (case and spacing aside); ``exact`` compares
+    character for character, for a provider's ids (``cus_…``), in which case tells two
+    apart."""
 
     arg: str
     ref: str
     default: Any = REQUIRED
+    exact: bool = False
 
     def check(self, args: Mapping[str, Any], refs: Mapping[str, Any], facts: TaskFacts) -> Check:
         expected = refs.get(self.ref, None if self.default is REQUIRED else self.default)
@@ -72,7 +76,8 @@ class Ref:
             return Check()
         if self.arg not in args:
             return Check([f"{self.arg}: must be {expected!r} (the task's {self.ref})"])
-        if not _same(given, expected):
+        same = given == expected and type(given) is type(expected)
+        if not (same if self.exact else _same(given, expected)):
             return Check(
                 [f"{self.arg}: {given!r} is not the task's; its {self.ref} is {expected!r}"]
             )

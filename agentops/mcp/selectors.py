@@ -14,6 +14,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from agentops.api.selectors import tasks_by_ref, tasks_seen
 from agentops.kinds import tool_registry
@@ -114,20 +115,27 @@ def step_answer(step: Step, task: Task | None = None) -> Answer:
             return replace(
                 base,
                 reason=f"{step.detail}; nothing was sent, and it will be tried again",
-                expected_at=task.wake_at if task.status == TaskStatus.WAITING else None,
+                expected_at=_not_before_now(task.wake_at)
+                if task.status == TaskStatus.WAITING
+                else None,
                 waiting_for=waits,
             )
         return replace(base, state="not_done", at=step.settled_at)
     # In flight or unknown: it may have happened.
-    timed_out = _first_error(step) in TIMEOUTS
+    first = _first_error(step)
+    timed_out = first in TIMEOUTS
+    reason = step.detail or ("it is being attempted now" if step.state == StepState.PENDING else "")
+    if timed_out and first not in reason:
+        # What the agent is told is one sentence, said alike in the text and the fields
+        # (wire.text): that the first call timed out, and what was seen since.
+        reason = f"its first call timed out ({first}): the provider may have processed it" + (
+            f"; since then, {reason}" if reason else ""
+        )
     if step.state == StepState.PENDING:
-        tool = tool_registry().get(step.tool)
-        started = step.first_started_at or step.created_at
-        expected = started + timedelta(seconds=tool.timeout) if tool and started else None
         return replace(
             base,
-            reason=step.detail or "it is being attempted now",
-            expected_at=expected,
+            reason=reason,
+            expected_at=_expected_in_flight(step, task),
             waiting_for=f"the provider's answer to {step.key}",
             timed_out=timed_out,
         )
@@ -138,10 +146,38 @@ def step_answer(step: Step, task: Task | None = None) -> Answer:
     )
     return replace(
         base,
-        expected_at=step.next_check_at,
+        reason=reason,
+        expected_at=_not_before_now(step.next_check_at),
         waiting_for=waiting,
         timed_out=timed_out,
     )
+
+
+def _not_before_now(at: datetime | None) -> datetime | None:
+    """``at``, or now when it has passed: a check that is due (the worker is behind) is
+    expected now, never at a time already gone."""
+    return max(at, timezone.now()) if at is not None else None
+
+
+def _expected_in_flight(step: Step, task: Task) -> datetime | None:
+    """When a step in flight is expected to be settled: when its current attempt's call
+    answers or times out (the attempt's start, not the first one's, plus the tool's
+    timeout); once that has passed, when the lease of the runner that made it runs out and
+    another looks it up (docs/design.md §11) — never before the step's own next check."""
+    tool = tool_registry().get(step.tool)
+    started = (
+        Entry.objects.filter(task_id=step.task_id, step=step, kind=EntryKind.ATTEMPT_STARTED)
+        .order_by("-id")
+        .values_list("at", flat=True)
+        .first()
+    ) or (step.first_started_at or step.created_at)
+    if tool is None or started is None:
+        return _not_before_now(step.next_check_at or task.lease_expires_at)
+    answered_by = started + timedelta(seconds=tool.timeout * max(1, tool.requests_per_call))
+    later = [at for at in (step.next_check_at,) if at is not None]
+    if answered_by <= timezone.now() and task.lease_expires_at is not None:
+        later.append(task.lease_expires_at)
+    return _not_before_now(max([answered_by, *later]))
 
 
 def standing_effect(*, key: str, tasks: QuerySet[Task] | None = None) -> Step | None:
@@ -184,7 +220,10 @@ def object_answer(
         return replace(
             where,
             reason=f"task {task.pk} was started for it and has not attempted it yet",
-            expected_at=task.wake_at,
+            # Runnable: it runs as soon as a worker is free; waiting: at its wake-up time.
+            expected_at=_not_before_now(
+                task.wake_at or (timezone.now() if task.status == TaskStatus.RUNNABLE else None)
+            ),
             waiting_for=f"task {task.pk} to run",
         )
     if task.status == TaskStatus.NEEDS_HUMAN:

@@ -46,7 +46,7 @@ from agentops.effects import (
 from agentops.kinds import TaskRefused, tool_registry
 from agentops.mcp.selectors import Answer, intent_answer, standing_effect, task_acted_on
 from agentops.models import ApiClient, IntentClientKey, IntentKey
-from journal.keys import UnsafeName, name_problem, object_key, object_label
+from journal.keys import UnsafeName, name_problem, object_key, object_label, same_object
 from journal.models import Task
 from journal.outcomes import Reply
 from journal.protocols import CostClass
@@ -129,6 +129,8 @@ def record_read(*, tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
     known = tool_registry().get(tool)
     if known is None or known.cost != CostClass.READ:
         raise RecordUnreadable(f"{tool} is not a declared READ tool")
+    if isinstance(args, Mapping):  # as an intent's arguments are: `` inv-2291 `` is inv-2291
+        args = _normalised(known.schema, args)
     problems = known.validate(args)
     if problems:
         raise IntentRefused("; ".join(problems))
@@ -205,6 +207,27 @@ def _reattemptable(row: IntentKey, asked: Asked) -> bool:
     return status in FINAL and not task_acted_on(task_id=row.task_id, key=asked.object_key)
 
 
+def _as_recorded(args: Mapping[str, Any], refs: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments with each name spelt as the record spells it, where the task's refs
+    carry the same name under the same field (``inv-2291`` → the record's INV-2291): the
+    task's goal and every answer name it so, whoever asked first and however."""
+    return {
+        k: refs[k]
+        if isinstance(v, str) and isinstance(refs.get(k), str) and same_object(v, refs[k])
+        else v
+        for k, v in args.items()
+    }
+
+
+def _task_refs(row_id: int) -> Mapping[str, Any]:
+    """The refs of the intent's task (none yet: empty)."""
+    task_id = IntentKey.objects.filter(pk=row_id).values_list("task_id", flat=True).first()
+    if task_id is None:
+        return {}
+    refs = Task.objects.filter(pk=task_id).values_list("refs", flat=True).first()
+    return refs if isinstance(refs, Mapping) else {}
+
+
 def _start(asked: Asked, row: IntentKey, refs: Mapping[str, Any], actor: str) -> bool:
     """Start the intent's task, under its row's lock, unless another call did meanwhile or an
     effect now stands on the object. Whether this call started it."""
@@ -212,8 +235,9 @@ def _start(asked: Asked, row: IntentKey, refs: Mapping[str, Any], actor: str) ->
         locked = IntentKey.objects.select_for_update().get(pk=row.pk)
         if locked.task_id != row.task_id or standing_effect(key=asked.object_key) is not None:
             return False
+        named = _as_recorded(asked.args, refs)
         task = task_start(
-            kind=asked.intent.kind, goal=asked.intent.goal(asked.args), refs=dict(refs), actor=actor
+            kind=asked.intent.kind, goal=asked.intent.goal(named), refs=dict(refs), actor=actor
         )
         IntentKey.objects.filter(pk=row.pk).update(
             task=task, attempts=F("attempts") + 1, updated_at=Now()
@@ -297,8 +321,9 @@ def intent_call(
         object=answer.object or asked.object,
         repeated=not started,
         noun=intent.noun,
-        # Named as the intent's first call named it, whatever this call's spelling.
-        subject=intent.subject(row.args or asked.args),
+        # Named as the record spells it (else as the first call did), whatever this call's
+        # spelling.
+        subject=intent.subject(_as_recorded(row.args or asked.args, _task_refs(row.pk))),
     )
 
 

@@ -239,8 +239,11 @@ def _when(at: datetime | None) -> str | None:
     return at.astimezone(UTC).isoformat().replace("+00:00", "Z") if at else None
 
 
-def _said(at: datetime | None) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if at else "soon"
+def _said(at: str | None) -> str:
+    """A time of the structured content (``_when``), as the text says it."""
+    if not at:
+        return "soon"
+    return datetime.fromisoformat(at).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def structured(answer: Answer) -> dict[str, Any]:
@@ -268,58 +271,65 @@ def _evidence_text(evidence: Mapping[str, Any]) -> str:
 
 
 def text(answer: Answer) -> str:
-    """One paragraph a model cannot misread: the status first, then what it means and what to
-    do (and not do) now."""
-    what = (
-        f"the {answer.noun} for {answer.subject}"
-        if answer.subject
-        else f"the effect on {answer.object or 'this reference'}"
+    """One paragraph a model cannot misread, said from the structured content alone
+    (:func:`said`), so the two never tell different things."""
+    return said(structured(answer), noun=answer.noun, subject=answer.subject)
+
+
+def said(fields: Mapping[str, Any], *, noun: str = "effect", subject: str = "") -> str:
+    """The text of an answer whose structured content is ``fields``: its status first, its
+    reason as it stands there, then what to do (and not do) now. ``noun`` and ``subject``
+    only name the effect ("the charge for invoice INV-2291"); every fact is a field."""
+    status, reason, reference = fields["status"], fields["reason"], fields["reference"]
+    label = fields["object"] or "this reference"
+    what = f"the {noun} for {subject}" if subject else f"the effect on {label}"
+    others = f"no other {noun} for {subject}" if subject else f"no other effect on {label}"
+    again = (f"call {fields['intent']} again" if fields["intent"] else "ask check_effect again") + (
+        f' or check_effect("{reference}")' if reference else ""
     )
-    others = (
-        f"no other {answer.noun} for {answer.subject}"
-        if answer.subject
-        else f"no other effect on {answer.object or 'it'}"
-    )
-    again = (f"call {answer.intent} again" if answer.intent else "ask check_effect again") + (
-        f' or check_effect("{answer.reference}")' if answer.reference else ""
-    )
-    if answer.refused:
-        return f"not_done — {answer.reason}."
-    if answer.state == "done":
-        proof = _evidence_text(answer.evidence)
+    if fields["refused"]:
+        return f"{status} — {reason}."
+    if status == "done":
+        proof = _evidence_text(fields["evidence"])
         return (
             f"done — {what} happened"
             + (f" ({proof})" if proof else "")
-            + f" on {_said(answer.at)}; reference {answer.reference}, task {answer.task}. "
-            "It will not be done again: asking again returns this same answer."
+            + f" on {_said(fields['at'])}: {reason}; reference {reference}, task "
+            f"{fields['task']}. It will not be done again: asking again returns this same answer."
         )
-    if answer.state == "not_done":
+    if status == "not_done":
         return (
-            f"not_done — {what} did not happen: {answer.reason}"
-            + (f" (reference {answer.reference})" if answer.reference else "")
+            f"not_done — {what} did not happen: {reason}"
+            + (f" (reference {reference})" if reference else "")
             + "."
         )
-    if answer.reference is None:
+    expected = (
+        f"answer expected by {_said(fields['expected_at'])}"
+        if fields["expected_at"]
+        else "no time is set for the answer"
+    )
+    if reference is None:
         return (
-            f"unknown — {answer.reason}. Waiting for {answer.waiting_for}. Meanwhile {others} "
-            f"may start; {again} for the answer."
+            f"unknown — {reason}. Waiting for {fields['waiting_for']} ({expected}). Meanwhile "
+            f"{others} may start; {again} for the answer."
         )
-    if answer.timed_out:
-        seen = f"the call for {what} timed out: the provider may have processed it"
-    else:
-        seen = f"{what} has no certain answer yet ({answer.reason}): it may have happened"
     return (
-        f"unknown — {seen}. agentops is checking reference {answer.reference} "
-        f"(waiting for {answer.waiting_for}; answer expected by {_said(answer.expected_at)}). "
+        f"unknown — {what} is not settled, and it may have happened: {reason}. agentops is "
+        f"checking reference {reference} (waiting for {fields['waiting_for']}; {expected}). "
         f"Until it is settled, {others} may start. This is not a failure: do not try it "
         f"another way; {again} to hear the answer."
     )
 
 
 def result(answer: Answer) -> types.CallToolResult:
+    fields = structured(answer)
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text(answer))],
-        structured_content=structured(answer),
+        content=[
+            types.TextContent(
+                type="text", text=said(fields, noun=answer.noun, subject=answer.subject)
+            )
+        ],
+        structured_content=fields,
         is_error=answer.refused in ERRORS,
     )
 
@@ -327,25 +337,25 @@ def result(answer: Answer) -> types.CallToolResult:
 def effects_result(reference: str, effects: Iterable[Effect]) -> types.CallToolResult:
     found = list(effects)
     items = [{**structured(e.answer), "kind": e.kind} for e in found]
-    lines = [f"{len(found)} effect(s) recorded for {reference}, newest first:"]
-    for e in found:
-        a = e.answer
-        proof = _evidence_text(a.evidence) if a.state == "done" else a.reason
+    recorded = f"{len(found)} effect(s) recorded" if found else "no effect recorded"
+    lines = [f"known — {recorded} for {reference}, newest first:"]
+    for item in items:  # each said from its structured content
+        proof = _evidence_text(item["evidence"]) if item["status"] == "done" else item["reason"]
         lines.append(
-            f"- {a.state}: {a.tool} on {a.object or '-'} ({proof}); {_said(a.at)}; "
-            f"reference {a.reference}"
+            f"- {item['status']}: {item['tool']} on {item['object'] or '-'} ({proof}); "
+            f"{_said(item['at'])}; reference {item['reference']}"
         )
     if not found:
         lines = [
-            f"agentops has recorded no effect for {reference} in the tasks this client may "
-            "read (those it started, or every task with the scope tasks:read:all)."
+            f"known — {recorded} for {reference}: agentops has recorded none for it in the "
+            "tasks this client may read (those it started, or every task with the scope "
+            "tasks:read:all)."
         ]
-    said = f"{len(found)} effect(s) recorded" if found else "no effect recorded"
     return types.CallToolResult(
         content=[types.TextContent(type="text", text="\n".join(lines))],
         structured_content={
             "status": "known",
-            "reason": said,
+            "reason": recorded,
             "refused": None,
             "reference": reference,
             "count": len(items),
@@ -378,7 +388,7 @@ def effects_unknown(reference: str, why: str) -> types.CallToolResult:
 def effects_refused(reference: str, reason: str, code: str) -> types.CallToolResult:
     """``effects_for`` refused (its client, its arguments): it read nothing."""
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"{reason}.")],
+        content=[types.TextContent(type="text", text=f"refused — {reason}.")],
         structured_content={
             "status": "refused",
             "reason": reason,

@@ -1,6 +1,6 @@
 """Invoices, the system of record an agent reads amounts and recipients from (as Stripe's
 Invoices API holds them: ``number``, ``amount_due``, ``currency``, ``customer``,
-``customer_email``, ``status``): seeded through ``POST /_sandbox/invoices``, read with
+``customer_email``, ``status``, ``lines``): seeded through ``POST /_sandbox/invoices``, read with
 retrieve, list and search (``number:'INV-2291'``, no lag). Paying one does not change it: the
 sandbox keeps no link between an invoice and a PaymentIntent.
 """
@@ -42,8 +42,9 @@ def invoice_add(payments: Payments, p: JSON) -> JSON:
     status = p.get("status", "open")
     if status not in STATUSES:
         raise invalid(f"status must be one of {', '.join(STATUSES)}", "status")
+    in_id = new_id("in_")
     invoice: JSON = {
-        "id": new_id("in_"),
+        "id": in_id,
         "object": "invoice",
         "number": number,
         "amount_due": amount,
@@ -52,6 +53,7 @@ def invoice_add(payments: Payments, p: JSON) -> JSON:
         "customer_email": p.get("customer_email"),
         "status": status,
         "created": int(time.time()),
+        "lines": _lines(p.get("lines"), in_id),
     }
     with payments.lock:
         if any(i["number"] == number for i in payments.invoices.values()):
@@ -59,6 +61,24 @@ def invoice_add(payments: Payments, p: JSON) -> JSON:
         payments.invoices[invoice["id"]] = invoice
         payments.order[invoice["id"]] = len(payments.order)
     return invoice
+
+
+def _lines(given: object, in_id: str) -> JSON:
+    """The invoice's line items as Stripe lists them (``{"object": "list", "data": […]}``):
+    seeded as a list of line items, or already as Stripe's list; none when not given."""
+    if isinstance(given, dict):
+        given = given.get("data")
+    items = [dict(i) for i in given or [] if isinstance(i, dict)] if isinstance(given, list) else []
+    for item in items:
+        item.setdefault("id", new_id("il_"))
+        item.setdefault("object", "line_item")
+    return {
+        "object": "list",
+        "data": items,
+        "has_more": False,
+        "total_count": len(items),
+        "url": f"/v1/invoices/{in_id}/lines",
+    }
 
 
 def invoice_retrieve(payments: Payments, request: Request) -> JSON:

@@ -71,8 +71,20 @@ class Session:
         # too: each carries structuredContent under its tool's outputSchema.
         assert result.structured_content is not None, result
         jsonschema.validate(result.structured_content, self.schemas[name])
+        agrees(result)
         self.results.append((name, result))
         return result
+
+
+def agrees(result: CallToolResult) -> None:
+    """The text says what the structured content says: its status first, and its reason as
+    it stands there (agentops/mcp/wire.py says both from the same fields)."""
+    fields, said = data(result), text(result)
+    assert fields["reason"] in said, (fields, said)
+    if "status" in fields:
+        assert said.startswith(f"{fields['status']} — "), (fields, said)
+    if fields.get("expected_at"):
+        assert "answer expected by " in said, (fields, said)
 
 
 def in_process(name: str, **kw: Any) -> Client:

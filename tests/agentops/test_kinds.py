@@ -138,3 +138,24 @@ def test_the_money_committed_is_read_from_each_step_once_as_the_task_grows() -> 
     assert Counted.reads == 400  # asked at every step, each step read once (not 80,200 times)
     again = TaskFacts(task_id="t", kind="trip", goal="g", refs={}, steps=list(history.steps))
     assert money_committed(again, "usd", tools) == expected
+
+
+def test_a_charge_is_bound_to_the_customer_the_task_names_exactly() -> None:
+    """The renewal's customer (``cus_…``, from the invoice) is the charge's, character for
+    character; a task that names none takes a charge that names none."""
+    args = {"invoice": "INV-1", "amount": 4900, "currency": "usd", "payment_method": "pm_card_visa"}
+    refs = {"invoice": "INV-1", "amount": 4900, "email": "a@example.com"}
+    named = KindRules(kind_get("renewal"), {**refs, "customer": "cus_AbC1"}, tool_registry())
+    history = TaskFacts(task_id="t", kind="renewal", goal="g", refs={}, steps=[])
+
+    def verdict(rules: KindRules, **change: Any) -> Refused | Bound:
+        return rules.check(tool="charge_customer", args={**args, **change}, facts=history)
+
+    assert isinstance(verdict(named, customer="cus_AbC1"), Bound)
+    for other in (None, "cus_abc1", "cus_Other"):
+        change = {} if other is None else {"customer": other}
+        refused = verdict(named, **change)
+        assert isinstance(refused, Refused) and "customer" in refused.reason, other
+    unnamed = KindRules(kind_get("renewal"), refs, tool_registry())
+    assert isinstance(verdict(unnamed), Bound)
+    assert isinstance(verdict(unnamed, customer="cus_AbC1"), Refused)
