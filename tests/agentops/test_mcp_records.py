@@ -43,8 +43,9 @@ def mixed(number: str) -> str:
 def stripe_invoice(payments: SandboxHandle, **change: Any) -> tuple[str, str]:
     """An open invoice in the system of record as Stripe returns one: its number, its
     customer (``cus_…``) and email, its currency and line items. Its number and customer."""
-    # Stripe numbers an invoice with its account's prefix (capitals and digits) and a count.
-    number = f"{uuid.uuid4().hex[:8].upper()}-{next(_COUNT):04d}"
+    # Stripe numbers an invoice with its account's prefix (capitals and digits) and a count;
+    # a letter first, so that every prefix has a small-letter spelling to be asked in.
+    number = f"A{uuid.uuid4().hex[:7].upper()}-{next(_COUNT):04d}"
     customer = f"cus_{uuid.uuid4().hex[:14]}"
     fields = {
         "number": number,
