@@ -25,17 +25,22 @@ from django.core.paginator import Page, Paginator
 from django.db.models import (
     Case,
     Count,
+    DurationField,
     Exists,
+    ExpressionWrapper,
     F,
     IntegerField,
     OuterRef,
     Q,
     QuerySet,
     Subquery,
+    TextField,
     Value,
     When,
 )
-from django.db.models.functions import Now
+from django.db.models.expressions import RawSQL
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce, Lower, Now
 from django.utils.safestring import SafeString
 
 from agentops.audit.models import Finding
@@ -200,7 +205,18 @@ SORTS: dict[str, str] = {
     "": "newest first",
     "oldest": "oldest first",
     "stuck": "stuck longest first",
+    "amount": "largest amount first",
+    "customer": "customer, A to Z",
+    "ended": "ended most recently first",
+    "duration": "longest running first",
 }
+# How a task ended, in the journal: compensated is a task_finished entry too.
+END_KINDS = (EntryKind.TASK_FINISHED, EntryKind.TASK_CANCELLED)
+# A task's amount, when its refs hold one as a number (minor units); other tasks sort last.
+AMOUNT_SQL = (
+    "CASE WHEN jsonb_typeof(journal_task.refs -> 'amount') = 'number' "
+    "THEN (journal_task.refs ->> 'amount')::numeric END"
+)
 # What holds a task up for a person: those come first in the "stuck longest" order.
 STUCK = Q(status__in=[TaskStatus.NEEDS_HUMAN, TaskStatus.AWAITING_APPROVAL]) | Q(has_unknown=True)
 # The entries that say since when a task has been where it is.
@@ -225,10 +241,16 @@ def _rows(query: ListQuery) -> QuerySet[Task]:
         .order_by("-id")
         .values("at")[:1]
     )
+    ended = (
+        Entry.objects.filter(task=OuterRef("pk"), kind__in=END_KINDS)
+        .order_by("-id")
+        .values("at")[:1]
+    )
     rows: QuerySet[Task] = Task.objects.annotate(
         has_unknown=_unknown_steps(),
         running_now=Q(lease_expires_at__gt=Now()),
         stuck_since=Subquery(since),
+        ended_at=Case(When(ended_as="", then=Value(None)), default=Subquery(ended)),
     )
     if query.state in FILTERS:
         rows = rows.filter(FILTERS[query.state][1])
@@ -258,6 +280,22 @@ def task_list(*, query: ListQuery | None = None, page: int | str = 1) -> TaskLis
         rows = rows.annotate(
             stuck=Case(When(STUCK, then=Value(0)), default=Value(1), output_field=IntegerField())
         ).order_by("stuck", F("stuck_since").asc(nulls_last=True), "created_at", "pk")
+    elif query.sort == "amount":
+        rows = rows.annotate(amount_minor=RawSQL(AMOUNT_SQL, ())).order_by(  # noqa: S611 - constant
+            F("amount_minor").desc(nulls_last=True), "-created_at", "-pk"
+        )
+    elif query.sort == "customer":
+        rows = rows.annotate(customer=_customer_sql()).order_by(
+            F("customer").asc(nulls_last=True), "-created_at", "-pk"
+        )
+    elif query.sort == "ended":
+        rows = rows.order_by(F("ended_at").desc(nulls_last=True), "-created_at", "-pk")
+    elif query.sort == "duration":
+        rows = rows.annotate(
+            took=ExpressionWrapper(
+                Coalesce(F("ended_at"), Now()) - F("created_at"), output_field=DurationField()
+            )
+        ).order_by(F("took").desc(), "-created_at", "-pk")
     else:
         rows = rows.order_by("-created_at", "-pk")
     paged = Paginator(rows, PER_PAGE).get_page(page)
@@ -285,6 +323,18 @@ def task_list(*, query: ListQuery | None = None, page: int | str = 1) -> TaskLis
         fingerprint=fingerprint(seen, counts, paged.number, paged.paginator.count),
         query=query,
     )
+
+
+def _customer_sql() -> Case:
+    """Who each task is for, as the list sorts it: the first of its kind's ``customer`` paths
+    its refs name (the first row of a list), lower-cased."""
+    whens = []
+    for name, kind in sorted(kinds().items()):
+        paths = [KT("refs__" + "__".join(p.replace("*", "0").split("."))) for p in kind.customer]
+        if paths:
+            found = Coalesce(*paths, output_field=TextField()) if len(paths) > 1 else paths[0]
+            whens.append(When(kind=name, then=Lower(found)))
+    return Case(*whens, default=Value(None), output_field=TextField())
 
 
 def fingerprint(*parts: Any) -> str:

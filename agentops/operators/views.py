@@ -73,6 +73,7 @@ def _render_list(
     queue = queue_now()
     fingerprint = selectors.fingerprint(data.fingerprint, queue.parts)
     kept = {k: v for k, v in params.items() if k != "page"}
+    unsorted = urlencode({k: v for k, v in kept.items() if k != "sort"})
     context = {
         "data": data,
         "queue": queue,
@@ -83,6 +84,7 @@ def _render_list(
         "sorts": selectors.SORTS,
         "query": urlencode(params),
         "kept": urlencode(kept),
+        "sort_base": f"{unsorted}&" if unsorted else "",
         "query_dict": params,
         "result": result,
         "page_links": list(

@@ -153,11 +153,28 @@
     var target = document.querySelector('[data-key="' + CSS.escape(event.key) + '"]');
     if (!target) return;
     event.preventDefault();
+    var fold = target.closest("details");
+    if (fold && !fold.open) fold.open = true;
     if (target.matches("input, textarea, select")) target.focus();
     else target.click();
   });
 
+  // --- Folds: the list's filters fold on a phone (tasks first), as the viewer last left them --
+  var PHONE = window.matchMedia("(max-width: 700px)");
+  var folded = {};
+  function folds(root) {
+    root.querySelectorAll("details[data-fold-phone]").forEach(function (d) {
+      d.open = Object.prototype.hasOwnProperty.call(folded, d.id) ? folded[d.id] : !PHONE.matches;
+    });
+  }
+  document.addEventListener("toggle", function (event) {
+    var d = event.target;
+    if (d.matches && d.matches("details[data-fold-phone]") && d.id) folded[d.id] = d.open;
+  }, true);
+  document.addEventListener("htmx:afterSwap", function () { folds(document); });
+
   function ready() {
+    folds(document);
     times(document);
     copies(document);
     selectAll(document);

@@ -1,0 +1,59 @@
+"""The task list's rows (issue 38): each task's amount, customer and end, sortable by them."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from journal.models import Task
+from journal.record import task_create
+from tests.agentops.test_operators import client_for, redis, user  # noqa: F401
+from tests.journal.support import invoice
+
+pytestmark = pytest.mark.usefixtures("committed")
+
+
+def _order(html: str, *tasks: Task) -> list[Task]:
+    return sorted(tasks, key=lambda t: html.index(f"/tasks/{t.pk}"))
+
+
+def test_the_list_shows_amount_and_customer_and_sorts_by_them(redis: Any) -> None:  # noqa: F811
+    c = client_for(user("Operators (read-only)"))
+    tag = uuid.uuid4().hex[:8]
+    small = task_create(
+        kind="renewal",
+        goal="renew",
+        refs={"invoice": invoice(), "amount": 4900, "email": f"zed-{tag}@example.com"},
+    )
+    large = task_create(
+        kind="renewal",
+        goal="renew",
+        refs={
+            "invoice": invoice(),
+            "amount": 12099,
+            "currency": "eur",
+            "email": f"amy-{tag}@example.com",
+        },
+    )
+    # Refs no door checked (an amount as text): sorted last, never an error.
+    odd = task_create(
+        kind="renewal",
+        goal="renew",
+        refs={"invoice": invoice(), "amount": "49.00", "email": f"mid-{tag}@example.com"},
+    )
+    html = c.get("/", {"q": tag}).content.decode()
+    assert "49.00 USD" in html and "120.99 EUR" in html  # the kind's currency by default
+    assert f"zed-{tag}@example.com" in html and f"amy-{tag}@example.com" in html
+    by_amount = c.get("/", {"q": tag, "sort": "amount"}).content.decode()
+    assert _order(by_amount, small, large, odd) == [large, small, odd]
+    by_customer = c.get("/", {"q": tag, "sort": "customer"}).content.decode()
+    assert _order(by_customer, small, large, odd) == [large, odd, small]
+    assert 'aria-sort="ascending"' in by_customer
+    for sort in ("ended", "duration", "oldest", "stuck", "nope", "amount; drop table", "\x00"):
+        assert c.get("/", {"q": tag, "sort": sort}).status_code == 200, sort
+    # The headers sort, keeping the search.
+    assert f'href="?q={tag}&amp;sort=amount"' in html
+    # Not ended yet: said so, with how long so far.
+    assert "not ended" in html
