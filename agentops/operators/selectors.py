@@ -41,6 +41,7 @@ from django.db.models import (
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce, Lower, Now
+from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from agentops.audit.models import Finding
@@ -49,6 +50,7 @@ from agentops.kinds import kinds, references_of, tool_registry
 from agentops.notifications.models import Delivery
 from agentops.notifications.selectors import deliveries_of
 from agentops.operators import readable
+from agentops.operators.deadlines import Deadlines, deadlines_of
 from agentops.operators.history import Decision, History, task_history
 from agentops.operators.timeline import Event, Timeline, step_timeline
 from journal.models import (
@@ -308,6 +310,7 @@ def task_list(*, query: ListQuery | None = None, page: int | str = 1) -> TaskLis
         )
     counts = task_counts()
     listed = list(paged.object_list)
+    _attach_deadlines(listed)
     in_flight = any(t.status in ADVANCING for t in listed) or counts["running"] > 0
     seen = [
         (str(t.pk), t.status, t.attention_code, t.step_count, t.has_unknown, t.running_now)  # type: ignore[attr-defined]
@@ -335,6 +338,27 @@ def _customer_sql() -> Case:
             found = Coalesce(*paths, output_field=TextField()) if len(paths) > 1 else paths[0]
             whens.append(When(kind=name, then=Lower(found)))
     return Case(*whens, default=Value(None), output_field=TextField())
+
+
+def _attach_deadlines(listed: list[Task]) -> None:
+    """Each held task's first deadline (``deadline``) and whether to warn (``deadline_warn``):
+    two queries, for the held tasks on the page only."""
+    held_ids = [t.pk for t in listed if t.status == TaskStatus.AWAITING_APPROVAL]
+    held = {
+        a.task_id: a
+        for a in Approval.objects.filter(task_id__in=held_ids, state=ApprovalState.PENDING)
+    }
+    steps: dict[uuid.UUID, list[Step]] = defaultdict(list)
+    if held:
+        for s in Step.objects.filter(task_id__in=list(held), state=StepState.DONE).only(
+            "task_id", "n", "kind", "tool", "state", "outcome", "offset_by_id", "offsets_id"
+        ):
+            steps[s.task_id].append(s)
+    now = timezone.now()
+    for t in listed:
+        found = deadlines_of(held.get(t.pk), steps.get(t.pk, []), now)
+        t.deadline = found.first  # type: ignore[attr-defined]
+        t.deadline_warn = found.warning  # type: ignore[attr-defined]
 
 
 def fingerprint(*parts: Any) -> str:
@@ -394,6 +418,8 @@ class TaskPage:
     """What the provider audit found of this task's effects (agentops/audit)."""
     history: History = field(default_factory=History)
     attention: AttentionNow | None = None
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    """A held step's: its approval's expiry and when the effects it builds on lapse."""
 
     @property
     def steps(self) -> list[Step]:
@@ -518,6 +544,7 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         findings=findings,
         history=history,
         attention=_attention_now(task, entries, {s.pk: s for s in steps}),
+        deadlines=deadlines_of(held, steps, now),
     )
 
 

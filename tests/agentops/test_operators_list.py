@@ -57,3 +57,46 @@ def test_the_list_shows_amount_and_customer_and_sorts_by_them(redis: Any) -> Non
     assert f'href="?q={tag}&amp;sort=amount"' in html
     # Not ended yet: said so, with how long so far.
     assert "not ended" in html
+
+
+def test_a_held_steps_deadlines_put_a_hold_lapsing_first_and_warn() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agentops.operators.deadlines import deadlines_of
+    from journal.models import Approval, Step
+
+    now = timezone.now()
+    lapses = int((now + timedelta(minutes=15)).timestamp())
+    hold = Step(
+        n=1,
+        kind="call",
+        tool="hold_flight",
+        state="done",
+        outcome={"evidence": {"id": "fh_1", "expires_at": lapses, "status": "held"}},
+    )
+    released = Step(
+        n=2,
+        kind="call",
+        tool="hold_flight",
+        state="done",
+        offset_by_id=9,
+        outcome={"evidence": {"id": "fh_2", "expires_at": lapses - 60}},
+    )
+    approval = Approval(expires_at=now + timedelta(days=2))
+    found = deadlines_of(approval, [hold, released], now)
+    assert found.first is not None and found.first.n == 1
+    assert found.first.what == "step 1 (hold_flight) lapses at the provider"
+    assert found.first.field == "expires_at"
+    assert int(found.first.at.timestamp()) == lapses
+    assert [d.n for d in found.items] == [1, None]  # the undone hold is not a deadline
+    assert found.warning and not found.lapsed
+    # Nothing held: nothing to decide by.
+    assert deadlines_of(None, [hold], now).first is None
+    # No effect that lapses: the approval's expiry alone, no warning.
+    alone = deadlines_of(approval, [], now)
+    assert alone.first is not None and alone.first.n is None and not alone.warning
+    # Lapsed already: said so.
+    late = deadlines_of(approval, [hold], now + timedelta(hours=1))
+    assert [d.n for d in late.lapsed] == [1] and late.warning

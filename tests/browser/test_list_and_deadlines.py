@@ -55,3 +55,30 @@ def test_the_list_shows_amount_and_customer_and_sorts_by_them(app_server: str, p
     screenshot(page, "task-list-phone-folded")
     page.keyboard.press("/")  # the search's shortcut opens the fold
     assert page.locator("input[type=search][name=q]").is_visible()
+
+
+def test_a_held_trips_panel_shows_when_its_flight_hold_lapses(
+    fleet: Any, app_server: str, page: Any
+) -> None:
+    from tests.browser.test_pages import status, trip
+    from tests.sandbox.fixtures import wait_for
+
+    fleet.worker()
+    task = trip()
+    wait_for(lambda: status(task) == "awaiting_approval", timeout=20, what="the hold")
+    log_in(page, app_server, operator("Operators (read-only)"))
+    page.goto(f"{app_server}/tasks/{task.pk}")
+    first = page.inner_text("#held-callout .deadline-first")
+    # The sandbox's hold lapses in 15 min; the approval in far longer: the hold comes first.
+    assert "Decide by" in first and "hold_flight" in first, first
+    assert "in 14 min" in first or "in 15 min" in first, first
+    warning = page.inner_text("#held-callout .deadline-warning")
+    assert "Lapses soon: step 1 (hold_flight)" in warning
+    assert "before this approval expires" in warning
+    listed = page.inner_text("#deadlines .deadline-list")
+    assert "This approval expires" in listed
+    assert accessibility_problems(page) == []
+    screenshot(page, "task-held-deadlines", phone=True)
+    page.goto(f"{app_server}/?state=approval")
+    row = page.inner_text(f"table.tasks tr:has(a[href^='/tasks/{task.pk}'])")
+    assert "decide by" in row and "step 1 lapses" in row
