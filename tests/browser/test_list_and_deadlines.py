@@ -22,7 +22,7 @@ def renewal(email: str, amount: int, currency: str = "usd") -> Task:
 
 
 def refs_in_order(page: Any) -> list[str]:
-    return page.locator("table.tasks tbody a.ref").all_inner_texts()
+    return [str(text) for text in page.locator("table.tasks tbody a.ref").all_inner_texts()]
 
 
 def test_the_list_shows_amount_and_customer_and_sorts_by_them(app_server: str, page: Any) -> None:
