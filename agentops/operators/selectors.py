@@ -44,7 +44,7 @@ from django.db.models.functions import Coalesce, Lower, Now
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from agentops.audit.models import Finding
+from agentops.audit.models import Finding, FindingKind
 from agentops.audit.selectors import findings_of
 from agentops.kinds import kinds, references_of, tool_registry
 from agentops.notifications.models import Delivery
@@ -384,6 +384,19 @@ class StepRow:
     corrected_by: int | None = None
     reported: Mapping[str, Any] | None = None
     """What the last conflicting report said was done (its evidence), if one did."""
+    undo: str = ""
+    """Whether a done effect was undone since, in words: ``undone`` (its undo step done),
+    ``undo in flight``/``undo unknown`` (one recorded, not settled done), ``undone at the
+    provider`` (the audit found it undone there, with no undo step)."""
+    undo_tool: str = ""
+    """The tool of the undo step, when there is one (``refund_charge``)."""
+
+    @property
+    def badge_text(self) -> str:
+        """``done · undone``: the state, and what became of the effect since."""
+        if self.step.state == StepState.DONE and self.undo:
+            return f"done · {self.undo}"
+        return self.badge
 
     @property
     def svg(self) -> SafeString:
@@ -481,6 +494,9 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
     n_of = {s.pk: s.n for s in steps}
     history = task_history(entries, n_of=n_of, approvals=approvals)
     corrects = {s.n: of for s in steps if (of := correction_of(s)) is not None}
+    undos = {s.offsets_id: s for s in steps if s.offsets_id is not None}
+    findings = findings_of(task_id=task_id)
+    undone_there = {f.step_id for f in findings if f.kind == FindingKind.OFFSET_UNKNOWN}
     corrected_by = {of: n for n, of in corrects.items()}
     rows = []
     finish = None
@@ -506,11 +522,12 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
                 corrects=corrects.get(s.n),
                 corrected_by=corrected_by.get(s.n),
                 reported=_reported(events),
+                undo=_undo_words(s, undos.get(s.pk), undone_there),
+                undo_tool=undos[s.pk].tool if s.pk in undos else "",
             )
         )
     held = next((a for a in approvals if a.state == ApprovalState.PENDING), None)
     deliveries = deliveries_of(task_id=task_id)
-    findings = findings_of(task_id=task_id)
     # A task with a person keeps polling too: a webhook or a colleague may settle its steps,
     # and its banner must say so. A notification still being tried keeps the page polling
     # after the task is over.
@@ -546,6 +563,24 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         attention=_attention_now(task, entries, {s.pk: s for s in steps}),
         deadlines=deadlines_of(held, steps, now),
     )
+
+
+def _undo_words(step: Step, undo: Step | None, undone_there: set[int | None]) -> str:
+    """What became of a done effect since: undone by its undo step (or one on its way), or
+    at the provider, as the audit found."""
+    if step.state != StepState.DONE:
+        return ""
+    if step.offset_by_id is not None:
+        return "undone"
+    if undo is not None:
+        return {
+            StepState.PENDING: "undo in flight",
+            StepState.UNKNOWN: "undo unknown",
+            StepState.NOT_DONE: "",  # not undone: the undo did not happen
+        }.get(StepState(undo.state), "undone")
+    if step.pk in undone_there:
+        return "undone at the provider"
+    return ""
 
 
 def _reported(events: list[Event]) -> Mapping[str, Any] | None:

@@ -100,3 +100,64 @@ def test_a_held_steps_deadlines_put_a_hold_lapsing_first_and_warn() -> None:
     # Lapsed already: said so.
     late = deadlines_of(approval, [hold], now + timedelta(hours=1))
     assert [d.n for d in late.lapsed] == [1] and late.warning
+
+
+def test_a_done_step_says_when_it_was_undone_by_its_undo_or_at_the_provider() -> None:
+    from django.utils import timezone
+
+    from agentops.audit.models import AuditRun, Finding
+    from agentops.operators.selectors import task_page
+    from journal.leases import lease_acquire, lease_release
+    from journal.perform import step_perform
+    from journal.protocols import Call
+    from journal.record import step_record
+    from journal.selectors import task_facts_by_id
+    from tests.journal.support import ChargeTool, Provider
+
+    provider = Provider()
+    charge = ChargeTool(provider, name="charge_customer", compensation="refund_charge")
+    refund = ChargeTool(provider, name="refund_charge")
+    tools: dict[str, Any] = {"charge_customer": charge, "refund_charge": refund}
+    task = task_create(
+        kind="trip",
+        goal="two charges",
+        refs={"invoice": invoice(), "amount": 420000, "email": "alan@example.com"},
+        plan=[{"tool": "charge_customer"}],
+    )
+    lease = lease_acquire(task_id=task.pk, owner="runner")
+    assert lease is not None
+
+    def call() -> Call:
+        return Call("charge_customer", {"invoice": invoice(), "amount": 420000, "currency": "usd"})
+
+    first = step_record(lease=lease, decision=call(), tools=tools)
+    step_perform(lease=lease, step=first, tool=charge)
+    second = step_record(lease=lease, decision=call(), tools=tools)
+    step_perform(lease=lease, step=second, tool=charge)
+    target = task_facts_by_id(task_id=task.pk).steps[0]
+    undo = step_record(
+        lease=lease,
+        decision=Call("refund_charge", charge.undo_args(target.args, target.evidence)),
+        tools=tools,
+        undo_of=target,
+    )
+    step_perform(lease=lease, step=undo, tool=refund)
+    lease_release(lease)
+    now = timezone.now()
+    run = AuditRun.objects.create(provider="stripe", trigger="command", since=now, until=now)
+    Finding.objects.create(
+        provider="stripe",
+        kind="offset_unknown",
+        key=second.key,
+        task=task,
+        step=second,
+        run=run,
+        summary="refunded 420000 usd at the provider",
+    )
+    rows = {r.step.n: r for r in task_page(task_id=task.pk).rows}
+    assert rows[1].badge_text == "done · undone" and rows[1].undo_tool == "refund_charge"
+    assert rows[2].badge_text == "done · undone at the provider"
+    assert rows[3].badge_text == "done"  # the undo itself
+    c = client_for(user("Operators (read-only)"))
+    html = c.get(f"/tasks/{task.pk}").content.decode()
+    assert "done · undone</span>" in html and "done · undone at the provider</span>" in html
