@@ -134,3 +134,27 @@ def age(start: datetime | None) -> str:
     if start is None:
         return ""
     return readable.duration(max((timezone.now() - start).total_seconds(), 0.0))
+
+
+@register.filter
+def finding_summary(finding: Any) -> str:
+    """A finding's sentence with its amounts in major units (``refunded 49.00 USD``)."""
+    from agentops.operators.audit_pages import summary
+
+    return summary(finding)
+
+
+@register.filter
+def finding_meaning(kind: str) -> tuple[str, str]:
+    """What a finding's kind means, and what to do about it."""
+    from agentops.operators.audit_pages import MEANING
+
+    return MEANING.get(kind, ("", ""))
+
+
+@register.filter
+def finding_compared(finding: Any) -> list[Any]:
+    """The journal's and the provider's sides, field by field."""
+    from agentops.operators.audit_pages import compared
+
+    return compared(finding)
