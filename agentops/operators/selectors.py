@@ -52,6 +52,7 @@ from agentops.notifications.selectors import deliveries_of
 from agentops.operators import readable
 from agentops.operators.deadlines import Deadlines, deadlines_of
 from agentops.operators.history import Decision, History, task_history
+from agentops.operators.story import Happening, task_story
 from agentops.operators.timeline import Event, Timeline, step_timeline
 from journal.models import (
     Approval,
@@ -432,6 +433,8 @@ class TaskPage:
     history: History = field(default_factory=History)
     attention: AttentionNow | None = None
     deadlines: Deadlines = field(default_factory=Deadlines)
+    story: list[Happening] = field(default_factory=list)
+    """Everything that happened to the task, oldest first, in plain words."""
     """A held step's: its approval's expiry and when the effects it builds on lapse."""
 
     @property
@@ -562,6 +565,14 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         history=history,
         attention=_attention_now(task, entries, {s.pk: s for s in steps}),
         deadlines=deadlines_of(held, steps, now),
+        story=task_story(
+            entries,
+            n_of=n_of,
+            tool_of={s.n: s.tool for s in steps},
+            corrected=set(corrects),
+            deliveries=deliveries,
+            findings=findings,
+        ),
     )
 
 

@@ -47,15 +47,35 @@
     else span = Math.floor(size / (86400 * 30)) + " months";
     return seconds > 0 ? "in " + span : span + " ago";
   }
+  // The viewer may read every time in UTC instead (the history's switch), kept for the tab.
+  var inUtc = false;
+  try { inUtc = window.sessionStorage.getItem("ops-zone") === "utc"; } catch (e) { inUtc = false; }
+  function zoneButtons(root) {
+    root.querySelectorAll("button[data-zone-toggle]").forEach(function (b) {
+      b.hidden = false;
+      b.setAttribute("aria-pressed", inUtc ? "true" : "false");
+      b.textContent = inUtc ? "Show times in your zone" : "Show times in UTC";
+    });
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("button[data-zone-toggle]");
+    if (!button) return;
+    inUtc = !inUtc;
+    try { window.sessionStorage.setItem("ops-zone", inUtc ? "utc" : "local"); } catch (e) { /* private mode */ }
+    times(document);
+    zoneButtons(document);
+  });
   var zone = "";
   try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { zone = ""; }
   function times(root) {
     root.querySelectorAll("time[data-when]").forEach(function (t) {
       var date = new Date(t.getAttribute("datetime"));
       if (isNaN(date.getTime())) return;
-      t.textContent = local(date, t.hasAttribute("data-precise"));
+      var utc = t.title.replace(/ UTC$/, "") + " UTC";
+      t.textContent = inUtc ? utc : local(date, t.hasAttribute("data-precise"));
       t.title = t.title.indexOf("UTC") >= 0 ? t.title : t.title + " UTC";
-      if (zone) t.setAttribute("aria-label", t.textContent + " " + zone);
+      if (inUtc) t.removeAttribute("aria-label");
+      else if (zone) t.setAttribute("aria-label", t.textContent + " " + zone);
     });
     root.querySelectorAll("[data-rel]").forEach(function (span) {
       var date = new Date(span.getAttribute("data-rel"));
@@ -173,7 +193,10 @@
   }, true);
   document.addEventListener("htmx:afterSwap", function () { folds(document); });
 
+  document.addEventListener("htmx:afterSwap", function () { zoneButtons(document); });
+
   function ready() {
+    zoneButtons(document);
     folds(document);
     times(document);
     copies(document);

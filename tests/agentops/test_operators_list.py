@@ -154,10 +154,20 @@ def test_a_done_step_says_when_it_was_undone_by_its_undo_or_at_the_provider() ->
         run=run,
         summary="refunded 420000 usd at the provider",
     )
-    rows = {r.step.n: r for r in task_page(task_id=task.pk).rows}
+    shown = task_page(task_id=task.pk)
+    rows = {r.step.n: r for r in shown.rows}
+    # One history, oldest first, in plain words: the steps, the audit's finding.
+    story = [h.what for h in shown.story]
+    assert story[0].startswith("The task was started")
+    assert any(w.startswith("Step 1 (charge_customer): recorded with its key") for w in story)
+    assert story[-1] == ("The provider audit found: refunded 4,200.00 USD at the provider"), story[
+        -1
+    ]
+    assert [h.at for h in shown.story] == sorted(h.at for h in shown.story)
     assert rows[1].badge_text == "done · undone" and rows[1].undo_tool == "refund_charge"
     assert rows[2].badge_text == "done · undone at the provider"
     assert rows[3].badge_text == "done"  # the undo itself
     c = client_for(user("Operators (read-only)"))
     html = c.get(f"/tasks/{task.pk}").content.decode()
     assert "done · undone</span>" in html and "done · undone at the provider</span>" in html
+    assert "Everything that happened, in order" in html and "data-zone-toggle" in html

@@ -82,3 +82,24 @@ def test_a_held_trips_panel_shows_when_its_flight_hold_lapses(
     page.goto(f"{app_server}/?state=approval")
     row = page.inner_text(f"table.tasks tr:has(a[href^='/tasks/{task.pk}'])")
     assert "decide by" in row and "step 1 lapses" in row
+
+
+def test_a_tasks_whole_history_reads_in_the_viewers_zone_or_utc(
+    app_server: str, page: Any
+) -> None:
+    task = renewal(f"h-{uuid.uuid4().hex[:8]}@example.com", 4900)
+    page.emulate_media(color_scheme="dark")
+    page.context.clear_cookies()
+    log_in(page, app_server, operator("Operators (read-only)"))
+    page.goto(f"{app_server}/tasks/{task.pk}")
+    page.click("#story summary")
+    first = page.locator("#story table.story-table tbody tr").first
+    assert "The task was started" in first.inner_text()
+    switch = page.locator("#story button[data-zone-toggle]")
+    assert switch.get_attribute("aria-pressed") == "false"
+    switch.click()
+    assert switch.get_attribute("aria-pressed") == "true"
+    assert first.locator("time").inner_text().endswith("UTC")
+    assert accessibility_problems(page) == []
+    switch.click()
+    assert not first.locator("time").inner_text().endswith("UTC")
