@@ -40,10 +40,15 @@ def _task_words(e: Event) -> str:
     if e.kind == "task_resumed":
         return "It can go on again" + (f" ({d['reason']})" if d.get("reason") else "")
     if e.kind == "task_flagged":
-        why = d.get("reason") or d.get("attention") or ""
+        why = d.get("reason") or ""
         return "Handed to a person" + (f": {why}" if why else "")
     if e.kind == "task_finished":
-        return "The task ended" + (f" ({d['status']})" if d.get("status") else "")
+        ended = {"compensated": "compensated: its done effects undone"}.get(str(d.get("to")), "")
+        return (
+            "The task ended"
+            + (f", {ended}" if ended else "")
+            + (f": {d['reason']}" if d.get("reason") else "")
+        )
     if e.kind == "task_cancelled":
         return "The task was cancelled" + (f": {d['reason']}" if d.get("reason") else "")
     if e.kind == "approval_requested":
