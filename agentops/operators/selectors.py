@@ -343,16 +343,19 @@ def _customer_sql() -> Case:
 
 def _attach_deadlines(listed: list[Task]) -> None:
     """Each held task's first deadline (``deadline``) and whether to warn (``deadline_warn``):
-    two queries, for the held tasks on the page only."""
-    held_ids = [t.pk for t in listed if t.status == TaskStatus.AWAITING_APPROVAL]
+    two queries for any non-empty page, whatever it shows (the approvals pending among its
+    tasks, and the done steps of those tasks)."""
+    ids = [t.pk for t in listed]
+    pending = Approval.objects.filter(task_id=OuterRef("task_id"), state=ApprovalState.PENDING)
     held = {
-        a.task_id: a
-        for a in Approval.objects.filter(task_id__in=held_ids, state=ApprovalState.PENDING)
+        a.task_id: a for a in Approval.objects.filter(task_id__in=ids, state=ApprovalState.PENDING)
     }
     steps: dict[uuid.UUID, list[Step]] = defaultdict(list)
-    if held:
-        for s in Step.objects.filter(task_id__in=list(held), state=StepState.DONE).only(
-            "task_id", "n", "kind", "tool", "state", "outcome", "offset_by_id", "offsets_id"
+    if ids:
+        for s in (
+            Step.objects.filter(task_id__in=ids, state=StepState.DONE)
+            .filter(Exists(pending))
+            .only("task_id", "n", "kind", "tool", "state", "outcome", "offset_by_id", "offsets_id")
         ):
             steps[s.task_id].append(s)
     now = timezone.now()
