@@ -85,6 +85,10 @@ def _render_list(
         "query": urlencode(params),
         "kept": urlencode(kept),
         "sort_base": f"{unsorted}&" if unsorted else "",
+        # An order the list does not know is left out, and said so (never an error).
+        "sort_ignored": ""
+        if params.get("sort", "") in selectors.SORTS
+        else "".join(c for c in params["sort"][:40] if c.isprintable()) or "?",
         "query_dict": params,
         "result": result,
         "page_links": list(

@@ -53,6 +53,9 @@ def test_the_list_shows_amount_and_customer_and_sorts_by_them(redis: Any) -> Non
     assert 'aria-sort="ascending"' in by_customer
     for sort in ("ended", "duration", "oldest", "stuck", "nope", "amount; drop table", "\x00"):
         assert c.get("/", {"q": tag, "sort": sort}).status_code == 200, sort
+    refused = c.get("/", {"q": tag, "sort": "largest"}).content.decode()
+    assert "No such order, “largest”: the tasks are shown newest first." in refused
+    assert "No such order" not in by_amount
     # The headers sort, keeping the search.
     assert f'href="?q={tag}&amp;sort=amount"' in html
     # Not ended yet: said so, with how long so far.
