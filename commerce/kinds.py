@@ -119,6 +119,7 @@ KINDS: tuple[Kind, ...] = (
         max_steps=10,
         refs_checks=(_amount_within_cap(RENEWAL_CAPS),),
         references=("invoice",),
+        customer=("email",),
     ),
     Kind(
         name="trip",
@@ -168,6 +169,7 @@ KINDS: tuple[Kind, ...] = (
         max_steps=20,
         refs_checks=(_amount_within_cap(TRIP_CAPS), _stay_is_a_night_or_more),
         references=("invoice", "traveller"),
+        customer=("traveller", "email"),
         saga=Saga(
             steps=("hold_flight", "book_hotel", "charge_customer", "send_email"),
             # Trips above 3,000.00 are approved by a person before the card is charged.
@@ -210,5 +212,6 @@ KINDS: tuple[Kind, ...] = (
         max_steps=100,
         refs_checks=(_invoices_distinct,),
         references=("invoices.*.invoice",),
+        customer=("invoices.*.email",),
     ),
 )

@@ -222,6 +222,9 @@ class Kind:
       happen.
     - ``references``: where in the refs the task's business references are (``invoice``,
       ``invoices.*.invoice``), for people and programs to find it by.
+    - ``customer``: where in the refs the person the task is for is named, in the order
+      people read them (``traveller``, ``email``): the operators' list shows the first found
+      and sorts by it.
     """
 
     name: str
@@ -233,10 +236,19 @@ class Kind:
     refs_checks: tuple[Callable[[Mapping[str, Any]], list[str]], ...] = ()
     saga: Saga | None = None
     references: tuple[str, ...] = ()
+    customer: tuple[str, ...] = ()
 
     @property
     def tools(self) -> frozenset[str]:
         return frozenset(self.binds)
+
+    def customer_of(self, refs: Mapping[str, Any]) -> str:
+        """Who the task is for, as people read it (the first of ``customer`` found)."""
+        for path in self.customer:
+            found = [v for v in _at(refs, path.split(".")) if isinstance(v, str) and v]
+            if found:
+                return found[0] + (f" +{len(found) - 1}" if len(found) > 1 else "")
+        return ""
 
     def references_of(self, refs: Mapping[str, Any]) -> list[str]:
         """The business references a task of this kind names, in order (``invoice``, each

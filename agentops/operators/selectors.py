@@ -25,26 +25,34 @@ from django.core.paginator import Page, Paginator
 from django.db.models import (
     Case,
     Count,
+    DurationField,
     Exists,
+    ExpressionWrapper,
     F,
     IntegerField,
     OuterRef,
     Q,
     QuerySet,
     Subquery,
+    TextField,
     Value,
     When,
 )
-from django.db.models.functions import Now
+from django.db.models.expressions import RawSQL
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce, Lower, Now
+from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from agentops.audit.models import Finding
+from agentops.audit.models import Finding, FindingKind
 from agentops.audit.selectors import findings_of
 from agentops.kinds import kinds, references_of, tool_registry
 from agentops.notifications.models import Delivery
 from agentops.notifications.selectors import deliveries_of
 from agentops.operators import readable
+from agentops.operators.deadlines import Deadlines, deadlines_of
 from agentops.operators.history import Decision, History, task_history
+from agentops.operators.story import Happening, task_story
 from agentops.operators.timeline import Event, Timeline, step_timeline
 from journal.models import (
     Approval,
@@ -200,7 +208,18 @@ SORTS: dict[str, str] = {
     "": "newest first",
     "oldest": "oldest first",
     "stuck": "stuck longest first",
+    "amount": "largest amount first",
+    "customer": "customer, A to Z",
+    "ended": "ended most recently first",
+    "duration": "longest running first",
 }
+# How a task ended, in the journal: compensated is a task_finished entry too.
+END_KINDS = (EntryKind.TASK_FINISHED, EntryKind.TASK_CANCELLED)
+# A task's amount, when its refs hold one as a number (minor units); other tasks sort last.
+AMOUNT_SQL = (
+    "CASE WHEN jsonb_typeof(journal_task.refs -> 'amount') = 'number' "
+    "THEN (journal_task.refs ->> 'amount')::numeric END"
+)
 # What holds a task up for a person: those come first in the "stuck longest" order.
 STUCK = Q(status__in=[TaskStatus.NEEDS_HUMAN, TaskStatus.AWAITING_APPROVAL]) | Q(has_unknown=True)
 # The entries that say since when a task has been where it is.
@@ -225,10 +244,16 @@ def _rows(query: ListQuery) -> QuerySet[Task]:
         .order_by("-id")
         .values("at")[:1]
     )
+    ended = (
+        Entry.objects.filter(task=OuterRef("pk"), kind__in=END_KINDS)
+        .order_by("-id")
+        .values("at")[:1]
+    )
     rows: QuerySet[Task] = Task.objects.annotate(
         has_unknown=_unknown_steps(),
         running_now=Q(lease_expires_at__gt=Now()),
         stuck_since=Subquery(since),
+        ended_at=Case(When(ended_as="", then=Value(None)), default=Subquery(ended)),
     )
     if query.state in FILTERS:
         rows = rows.filter(FILTERS[query.state][1])
@@ -258,6 +283,22 @@ def task_list(*, query: ListQuery | None = None, page: int | str = 1) -> TaskLis
         rows = rows.annotate(
             stuck=Case(When(STUCK, then=Value(0)), default=Value(1), output_field=IntegerField())
         ).order_by("stuck", F("stuck_since").asc(nulls_last=True), "created_at", "pk")
+    elif query.sort == "amount":
+        rows = rows.annotate(amount_minor=RawSQL(AMOUNT_SQL, ())).order_by(  # noqa: S611 - constant
+            F("amount_minor").desc(nulls_last=True), "-created_at", "-pk"
+        )
+    elif query.sort == "customer":
+        rows = rows.annotate(customer=_customer_sql()).order_by(
+            F("customer").asc(nulls_last=True), "-created_at", "-pk"
+        )
+    elif query.sort == "ended":
+        rows = rows.order_by(F("ended_at").desc(nulls_last=True), "-created_at", "-pk")
+    elif query.sort == "duration":
+        rows = rows.annotate(
+            took=ExpressionWrapper(
+                Coalesce(F("ended_at"), Now()) - F("created_at"), output_field=DurationField()
+            )
+        ).order_by(F("took").desc(), "-created_at", "-pk")
     else:
         rows = rows.order_by("-created_at", "-pk")
     paged = Paginator(rows, PER_PAGE).get_page(page)
@@ -270,6 +311,7 @@ def task_list(*, query: ListQuery | None = None, page: int | str = 1) -> TaskLis
         )
     counts = task_counts()
     listed = list(paged.object_list)
+    _attach_deadlines(listed)
     in_flight = any(t.status in ADVANCING for t in listed) or counts["running"] > 0
     seen = [
         (str(t.pk), t.status, t.attention_code, t.step_count, t.has_unknown, t.running_now)  # type: ignore[attr-defined]
@@ -285,6 +327,42 @@ def task_list(*, query: ListQuery | None = None, page: int | str = 1) -> TaskLis
         fingerprint=fingerprint(seen, counts, paged.number, paged.paginator.count),
         query=query,
     )
+
+
+def _customer_sql() -> Case:
+    """Who each task is for, as the list sorts it: the first of its kind's ``customer`` paths
+    its refs name (the first row of a list), lower-cased."""
+    whens = []
+    for name, kind in sorted(kinds().items()):
+        paths = [KT("refs__" + "__".join(p.replace("*", "0").split("."))) for p in kind.customer]
+        if paths:
+            found = Coalesce(*paths, output_field=TextField()) if len(paths) > 1 else paths[0]
+            whens.append(When(kind=name, then=Lower(found)))
+    return Case(*whens, default=Value(None), output_field=TextField())
+
+
+def _attach_deadlines(listed: list[Task]) -> None:
+    """Each held task's first deadline (``deadline``) and whether to warn (``deadline_warn``):
+    two queries for any non-empty page, whatever it shows (the approvals pending among its
+    tasks, and the done steps of those tasks)."""
+    ids = [t.pk for t in listed]
+    pending = Approval.objects.filter(task_id=OuterRef("task_id"), state=ApprovalState.PENDING)
+    held = {
+        a.task_id: a for a in Approval.objects.filter(task_id__in=ids, state=ApprovalState.PENDING)
+    }
+    steps: dict[uuid.UUID, list[Step]] = defaultdict(list)
+    if ids:
+        for s in (
+            Step.objects.filter(task_id__in=ids, state=StepState.DONE)
+            .filter(Exists(pending))
+            .only("task_id", "n", "kind", "tool", "state", "outcome", "offset_by_id", "offsets_id")
+        ):
+            steps[s.task_id].append(s)
+    now = timezone.now()
+    for t in listed:
+        found = deadlines_of(held.get(t.pk), steps.get(t.pk, []), now)
+        t.deadline = found.first  # type: ignore[attr-defined]
+        t.deadline_warn = found.warning  # type: ignore[attr-defined]
 
 
 def fingerprint(*parts: Any) -> str:
@@ -310,6 +388,19 @@ class StepRow:
     corrected_by: int | None = None
     reported: Mapping[str, Any] | None = None
     """What the last conflicting report said was done (its evidence), if one did."""
+    undo: str = ""
+    """Whether a done effect was undone since, in words: ``undone`` (its undo step done),
+    ``undo in flight``/``undo unknown`` (one recorded, not settled done), ``undone at the
+    provider`` (the audit found it undone there, with no undo step)."""
+    undo_tool: str = ""
+    """The tool of the undo step, when there is one (``refund_charge``)."""
+
+    @property
+    def badge_text(self) -> str:
+        """``done · undone``: the state, and what became of the effect since."""
+        if self.step.state == StepState.DONE and self.undo:
+            return f"done · {self.undo}"
+        return self.badge
 
     @property
     def svg(self) -> SafeString:
@@ -344,6 +435,10 @@ class TaskPage:
     """What the provider audit found of this task's effects (agentops/audit)."""
     history: History = field(default_factory=History)
     attention: AttentionNow | None = None
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    story: list[Happening] = field(default_factory=list)
+    """Everything that happened to the task, oldest first, in plain words."""
+    """A held step's: its approval's expiry and when the effects it builds on lapse."""
 
     @property
     def steps(self) -> list[Step]:
@@ -405,6 +500,9 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
     n_of = {s.pk: s.n for s in steps}
     history = task_history(entries, n_of=n_of, approvals=approvals)
     corrects = {s.n: of for s in steps if (of := correction_of(s)) is not None}
+    undos = {s.offsets_id: s for s in steps if s.offsets_id is not None}
+    findings = findings_of(task_id=task_id)
+    undone_there = {f.step_id for f in findings if f.kind == FindingKind.OFFSET_UNKNOWN}
     corrected_by = {of: n for n, of in corrects.items()}
     rows = []
     finish = None
@@ -430,11 +528,12 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
                 corrects=corrects.get(s.n),
                 corrected_by=corrected_by.get(s.n),
                 reported=_reported(events),
+                undo=_undo_words(s, undos.get(s.pk), undone_there),
+                undo_tool=undos[s.pk].tool if s.pk in undos else "",
             )
         )
     held = next((a for a in approvals if a.state == ApprovalState.PENDING), None)
     deliveries = deliveries_of(task_id=task_id)
-    findings = findings_of(task_id=task_id)
     # A task with a person keeps polling too: a webhook or a colleague may settle its steps,
     # and its banner must say so. A notification still being tried keeps the page polling
     # after the task is over.
@@ -468,7 +567,34 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         findings=findings,
         history=history,
         attention=_attention_now(task, entries, {s.pk: s for s in steps}),
+        deadlines=deadlines_of(held, steps, now),
+        story=task_story(
+            entries,
+            n_of=n_of,
+            tool_of={s.n: s.tool for s in steps},
+            corrected=set(corrects),
+            deliveries=deliveries,
+            findings=findings,
+        ),
     )
+
+
+def _undo_words(step: Step, undo: Step | None, undone_there: set[int | None]) -> str:
+    """What became of a done effect since: undone by its undo step (or one on its way), or
+    at the provider, as the audit found."""
+    if step.state != StepState.DONE:
+        return ""
+    if step.offset_by_id is not None:
+        return "undone"
+    if undo is not None:
+        return {
+            StepState.PENDING: "undo in flight",
+            StepState.UNKNOWN: "undo unknown",
+            StepState.NOT_DONE: "",  # not undone: the undo did not happen
+        }.get(StepState(undo.state), "undone")
+    if step.pk in undone_there:
+        return "undone at the provider"
+    return ""
 
 
 def _reported(events: list[Event]) -> Mapping[str, Any] | None:

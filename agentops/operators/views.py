@@ -73,6 +73,7 @@ def _render_list(
     queue = queue_now()
     fingerprint = selectors.fingerprint(data.fingerprint, queue.parts)
     kept = {k: v for k, v in params.items() if k != "page"}
+    unsorted = urlencode({k: v for k, v in kept.items() if k != "sort"})
     context = {
         "data": data,
         "queue": queue,
@@ -83,6 +84,11 @@ def _render_list(
         "sorts": selectors.SORTS,
         "query": urlencode(params),
         "kept": urlencode(kept),
+        "sort_base": f"{unsorted}&" if unsorted else "",
+        # An order the list does not know is left out, and said so (never an error).
+        "sort_ignored": ""
+        if params.get("sort", "") in selectors.SORTS
+        else "".join(c for c in params["sort"][:40] if c.isprintable()) or "?",
         "query_dict": params,
         "result": result,
         "page_links": list(

@@ -47,15 +47,35 @@
     else span = Math.floor(size / (86400 * 30)) + " months";
     return seconds > 0 ? "in " + span : span + " ago";
   }
+  // The viewer may read every time in UTC instead (the history's switch), kept for the tab.
+  var inUtc = false;
+  try { inUtc = window.sessionStorage.getItem("ops-zone") === "utc"; } catch (e) { inUtc = false; }
+  function zoneButtons(root) {
+    root.querySelectorAll("button[data-zone-toggle]").forEach(function (b) {
+      b.hidden = false;
+      b.setAttribute("aria-pressed", inUtc ? "true" : "false");
+      b.textContent = inUtc ? "Show times in your zone" : "Show times in UTC";
+    });
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("button[data-zone-toggle]");
+    if (!button) return;
+    inUtc = !inUtc;
+    try { window.sessionStorage.setItem("ops-zone", inUtc ? "utc" : "local"); } catch (e) { /* private mode */ }
+    times(document);
+    zoneButtons(document);
+  });
   var zone = "";
   try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { zone = ""; }
   function times(root) {
     root.querySelectorAll("time[data-when]").forEach(function (t) {
       var date = new Date(t.getAttribute("datetime"));
       if (isNaN(date.getTime())) return;
-      t.textContent = local(date, t.hasAttribute("data-precise"));
+      var utc = t.title.replace(/ UTC$/, "") + " UTC";
+      t.textContent = inUtc ? utc : local(date, t.hasAttribute("data-precise"));
       t.title = t.title.indexOf("UTC") >= 0 ? t.title : t.title + " UTC";
-      if (zone) t.setAttribute("aria-label", t.textContent + " " + zone);
+      if (inUtc) t.removeAttribute("aria-label");
+      else if (zone) t.setAttribute("aria-label", t.textContent + " " + zone);
     });
     root.querySelectorAll("[data-rel]").forEach(function (span) {
       var date = new Date(span.getAttribute("data-rel"));
@@ -153,11 +173,31 @@
     var target = document.querySelector('[data-key="' + CSS.escape(event.key) + '"]');
     if (!target) return;
     event.preventDefault();
+    var fold = target.closest("details");
+    if (fold && !fold.open) fold.open = true;
     if (target.matches("input, textarea, select")) target.focus();
     else target.click();
   });
 
+  // --- Folds: the list's filters fold on a phone (tasks first), as the viewer last left them --
+  var PHONE = window.matchMedia("(max-width: 700px)");
+  var folded = {};
+  function folds(root) {
+    root.querySelectorAll("details[data-fold-phone]").forEach(function (d) {
+      d.open = Object.prototype.hasOwnProperty.call(folded, d.id) ? folded[d.id] : !PHONE.matches;
+    });
+  }
+  document.addEventListener("toggle", function (event) {
+    var d = event.target;
+    if (d.matches && d.matches("details[data-fold-phone]") && d.id) folded[d.id] = d.open;
+  }, true);
+  document.addEventListener("htmx:afterSwap", function () { folds(document); });
+
+  document.addEventListener("htmx:afterSwap", function () { zoneButtons(document); });
+
   function ready() {
+    zoneButtons(document);
+    folds(document);
     times(document);
     copies(document);
     selectAll(document);
