@@ -24,6 +24,7 @@ from django.contrib.auth.models import Group
 from django.core import signing
 from django.test import Client, override_settings
 
+from agentops.audit.models import AuditRun, Finding, FindingKind
 from agentops.effects import task_start
 from agentops.kinds import planner_bound, rules_for
 from agentops.planners.scripted import ScriptedPlanner
@@ -31,12 +32,13 @@ from commerce import playbooks
 from commerce.customers.links import SALT, link_of, payment_link, payment_token
 from commerce.customers.services import CARD_REFUSED
 from journal.leases import lease_acquire, lease_release
-from journal.models import Entry, EntryKind, Task
+from journal.models import Entry, EntryKind, Step, Task
 from journal.operator import task_cancel
 from journal.outcomes import Outcome, Reply, StepState
 from journal.perform import step_perform
 from journal.protocols import Call, Finish, StepFact, TaskFacts
 from journal.record import step_record, task_finish
+from journal.selectors import task_facts_by_id
 from journal.settle import step_mark_unknown
 from tests.agentops.workers import quiet_world
 from tests.databases import flag
@@ -109,6 +111,74 @@ def declined(inv: str, code: str = "card_declined") -> Task:
     step_perform(lease=lease, step=step, tool=tool)
     task_finish(lease=lease, decision=Finish("declined"), summary="1 not done.")
     return task
+
+
+class Pays(ChargeTool):
+    """A charge the provider accepts at once, with Stripe's evidence."""
+
+    def guard(self, args: Any) -> str:
+        return f"charge:{args['invoice']}"
+
+    def call(self, args: Any, *, key: str) -> Any:
+        ids = {"id": f"pi_{key[-6:]}", "payment_intent": f"pi_{key[-6:]}", "charge": "ch_test1"}
+        return Reply(200, evidence=ids)
+
+
+class Refunds(ChargeTool):
+    """The provider refunds the payment whole, with Stripe's evidence."""
+
+    def call(self, args: Any, *, key: str) -> Any:
+        refund = {"id": "re_test1", "refund": "re_test1", "currency": "usd"}
+        return Reply(200, evidence={**refund, "amount": args["amount"]})
+
+
+def paid(inv: str, *, refunded: bool = False, cancelled: bool = False) -> Task:
+    """A renewal that charged the invoice (and, with ``refunded``, whose charge the journal's
+    own keyed undo refunded whole), over: finished, or ``cancelled`` by an operator."""
+    task = renewal(inv)
+    lease = lease_acquire(task_id=task.pk, owner="test")
+    assert lease is not None
+    provider = Provider()
+    tool = Pays(provider, name="charge_customer", compensation="refund_charge")
+    refund = Refunds(provider, name="refund_charge")
+    tools: dict[str, Any] = {"charge_customer": tool, "refund_charge": refund}
+    step = step_record(lease=lease, decision=charge_call(inv), tools=tools)
+    step_perform(lease=lease, step=step, tool=tool)
+    if refunded:
+        target = task_facts_by_id(task_id=task.pk).steps[0]
+        undo = step_record(
+            lease=lease,
+            decision=Call("refund_charge", tool.undo_args(target.args, target.evidence)),
+            tools=tools,
+            undo_of=target,
+        )
+        step_perform(lease=lease, step=undo, tool=refund)
+    if cancelled:
+        lease_release(lease)
+        called_off(task)
+        return task
+    task_finish(lease=lease, decision=Finish("paid"), summary="1 done.")
+    return task
+
+
+def refunded_at_the_provider(task: Task, amount: int) -> Finding:
+    """What the provider audit finds when someone refunded ``amount`` of the task's charge in
+    the provider's dashboard (as agentops/audit stores it, commerce/audits.py's raw)."""
+    charge = Step.objects.get(task=task, tool="charge_customer")
+    run = AuditRun.objects.create(
+        provider="stripe", trigger="command", since=charge.created_at, until=charge.created_at
+    )
+    return Finding.objects.create(
+        provider="stripe",
+        kind=FindingKind.OFFSET_UNKNOWN,
+        effect_id=str(charge.evidence["payment_intent"]),
+        key=charge.key,
+        task_id=task.pk,
+        step_id=charge.pk,
+        run=run,
+        summary=f"refunded {amount} usd at stripe, and the journal knows no undo of it",
+        provider_side={"offset": f"refunded {amount} usd", "raw": {"amount_refunded": amount}},
+    )
 
 
 def finish(task_id: Any) -> None:
@@ -433,6 +503,50 @@ def test_a_cancelled_renewal_says_nothing_is_owed_and_offers_no_payment(redis: A
     refused = Client().post(payment_link(inv, task.pk), ANOTHER_CARD)
     assert refused.status_code == 409 and "nothing is owed" in refused.content.decode()
     assert tasks_of(inv) == 1
+
+
+def test_a_charge_the_journal_refunded_says_refunded_with_the_amount(redis: Any) -> None:
+    inv = invoice()
+    task = paid(inv, refunded=True)
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert '<h1 id="payment-title">Refunded</h1>' in page
+    assert "Your payment of 49.00 USD was refunded in full" in page
+    assert "Thank you" not in page and "didn't go through" not in page
+    assert "Receipt reference: <code>ch_test1</code>" in page
+
+
+@pytest.mark.parametrize(
+    ("amount", "title", "words"),
+    [
+        (4900, "Refunded", "Your payment of 49.00 USD was refunded in full"),
+        (1900, "Refunded in part", "19.00 USD of your payment of 49.00 USD was refunded"),
+    ],
+)
+def test_a_charge_refunded_at_the_provider_says_refunded_once_the_audit_finds_it(
+    redis: Any, amount: int, title: str, words: str
+) -> None:
+    inv = invoice()
+    task = paid(inv)
+    assert "Thank you" in Client().get(payment_link(inv, task.pk)).content.decode()
+    refunded_at_the_provider(task, amount)
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert f'<h1 id="payment-title">{title}</h1>' in page
+    assert words in page
+    assert "Thank you" not in page and 'method="post"' not in page
+    # Paid once, and the journal's charge still stands: nothing to pay again here.
+    refused = Client().post(payment_link(inv, task.pk), ANOTHER_CARD)
+    assert refused.status_code == 409 and tasks_of(inv) == 1
+
+
+def test_a_cancelled_renewal_whose_charge_was_refunded_says_cancelled_and_refunded(
+    redis: Any,
+) -> None:
+    inv = invoice()
+    task = paid(inv, refunded=True, cancelled=True)
+    assert Task.objects.get(pk=task.pk).status == "cancelled"
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert "This payment was cancelled" in page and "Nothing is owed" in page
+    assert "Refunded: your payment of 49.00 USD was refunded to your card in full" in page
 
 
 def test_times_are_marked_for_the_customers_zone_with_utc_as_the_fallback(redis: Any) -> None:

@@ -11,18 +11,22 @@ from typing import Any
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
+from agentops.audit.services import audit_run
 from agentops.effects import task_start
 from commerce.customers.links import payment_link, payment_token
 from journal.leases import lease_acquire
-from journal.models import Task
+from journal.models import Step, Task
 from journal.outcomes import Reply
 from journal.perform import step_perform
 from journal.protocols import Finish
 from journal.record import step_record, task_finish
+from tests.agentops.sandboxed import sandbox_settings
 from tests.agentops.test_customers import called_off, charge_call, declined, renewal
+from tests.agentops.test_customers import paid as paid_and_refunded
 from tests.agentops.workers import Fleet, quiet_world
-from tests.browser.conftest import accessibility_problems, screenshot
+from tests.browser.conftest import PHONE, accessibility_problems, screenshot
 from tests.journal.support import ChargeTool, Provider, invoice
 from tests.sandbox.fixtures import SandboxHandle, wait_for
 
@@ -197,6 +201,54 @@ def test_a_customer_sees_their_payment_go_from_unknown_to_done_without_reloading
     assert charges(payments_sandbox, inv) == ["succeeded"]
 
 
+# --- Refunded -------------------------------------------------------------------------------
+
+
+def test_a_renewal_refunded_at_the_provider_tells_its_customer_refunded_with_the_amount(
+    fleet: Fleet,
+    app_server: str,
+    payments_sandbox: SandboxHandle,
+    mail_sandbox: SandboxHandle,
+    bookings_sandbox: SandboxHandle,
+    customer: Any,
+) -> None:
+    """Paid, then refunded in the provider's dashboard (no key, no step): once the provider
+    audit finds it, the page the receipt links to says Refunded, with the amount, never
+    "Paid… Thank you" again; axe finds nothing serious in light and dark, on a desktop's
+    and a phone's width."""
+    since = timezone.now()
+    fleet.worker(CUSTOMER_BASE_URL=app_server)
+    inv = invoice()
+    task = renewal(inv)
+    wait_for(lambda: status(task) == "finished", timeout=20, what="the renewal")
+    url = link_in(email_to(mail_sandbox, inv, "receipt")["body"], app_server)
+    customer.goto(url)
+    assert customer.inner_text("h1") == "Paid"
+    charge = Step.objects.get(task=task, tool="charge_customer", kind="call")
+    payments_sandbox.client.refund_from_dashboard(charge.evidence["payment_intent"])
+    with override_settings(**sandbox_settings(payments_sandbox, mail_sandbox, bookings_sandbox)):
+        report = audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command")
+    assert not report.error, report.error
+    customer.goto(url)
+    assert customer.inner_text("h1") == "Refunded"
+    told = customer.inner_text("#payment")
+    assert "Your payment of 49.00 USD was refunded in full" in told
+    assert "Thank you" not in told and customer.locator("button.pay").count() == 0
+    found: dict[str, list[str]] = {}
+    desktop = customer.viewport_size
+    for width, size in (("desktop", desktop), ("phone", PHONE)):
+        customer.set_viewport_size(size)
+        for scheme in ("light", "dark"):
+            customer.emulate_media(color_scheme=scheme)
+            customer.reload()
+            found[f"{width} ({scheme})"] = accessibility_problems(customer)
+    customer.set_viewport_size(desktop)
+    customer.emulate_media(color_scheme="light")
+    customer.reload()
+    assert {k: v for k, v in found.items() if v} == {}
+    screenshot(customer, "customer-refunded", phone=True)
+
+
 # --- Links that open no payment --------------------------------------------------------------
 
 
@@ -278,6 +330,7 @@ def test_every_customer_state_has_no_serious_or_critical_axe_violation_in_light_
         "not-paid": declined(invoice(), code="insufficient_funds"),
         "checking": renewal(invoice()),
         "cancelled": cancelled_trip(invoice()),
+        "refunded": paid_and_refunded(invoice(), refunded=True),
     }
     states = {
         name: f"{app_server}{payment_link(task.refs['invoice'], task.pk)}"
@@ -288,6 +341,7 @@ def test_every_customer_state_has_no_serious_or_critical_axe_violation_in_light_
         "not-paid": "Your payment didn't go through",
         "checking": "We're checking your payment",
         "cancelled": "Your trip was cancelled",
+        "refunded": "Refunded",
         "link-expired": "This payment link has expired",
     }
     inv = invoice()
@@ -306,4 +360,4 @@ def test_every_customer_state_has_no_serious_or_critical_axe_violation_in_light_
                     if (name, scheme) in SHOWN:
                         screenshot(customer, SHOWN[name, scheme], phone=scheme == "light")
     assert {k: v for k, v in found.items() if v} == {}
-    assert len(found) == 10
+    assert len(found) == 12
