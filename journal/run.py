@@ -43,7 +43,17 @@ from journal.moves import first_delay
 from journal.outcomes import LIVE_STATES, StepState
 from journal.perform import step_perform, step_reconcile
 from journal.policy import DEFAULT_POLICY, Policy
-from journal.protocols import Call, Decision, Finish, Planner, Rules, StepFact, TaskFacts, Tool
+from journal.protocols import (
+    CLOSING,
+    Call,
+    Decision,
+    Finish,
+    Planner,
+    Rules,
+    StepFact,
+    TaskFacts,
+    Tool,
+)
 from journal.record import decision_check, step_record, task_finish
 from journal.sagas import (
     ApprovalNotUsable,
@@ -337,6 +347,26 @@ def _advance(
                 performed += 1
                 view = None
             case moves.Compensated():
+                closing = rules.closing(facts=facts) if rules is not None else None
+                if closing is not None and not _closed(lease.task_id):
+                    # Its last call, once (a message to the customer), then it ends.
+                    try:
+                        step = step_record(
+                            lease=lease,
+                            decision=closing,
+                            tools=tools,
+                            facts=facts,
+                            policy=policy,
+                            closing=True,
+                        )
+                    except TaskMoved:
+                        view = None  # changed meanwhile (a person cancelled it): look again
+                        continue
+                    if step.state == StepState.PENDING:
+                        step_perform(lease=lease, step=step, tool=tools[step.tool], policy=policy)
+                    performed += 1
+                    view = None
+                    continue
                 try:
                     task_finish(
                         lease=lease,
@@ -411,6 +441,11 @@ def _advance(
                 view = None if reread else view.after(step, outcome, approval_used=used)
             case _:  # every move is performed above (mypy checks: a new one fails here)
                 assert_never(move)
+
+
+def _closed(task_id: UUID) -> bool:
+    """Whether the task's closing call (``Rules.closing``) was recorded: it is made once."""
+    return Step.objects.filter(task_id=task_id, decision__harness=CLOSING).exists()
 
 
 def _compensate(

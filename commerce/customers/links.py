@@ -116,6 +116,8 @@ EMAIL_LINKS = {
     "payment_failed": "Pay with another card: {url}",
     "itinerary": "Your payment and trip: {url}",
     "notice": "Your trip and its payment: {url}",
+    "cancellation": "The cancelled trip and its payment: {url}",
+    "refund": "Your payment and its refund: {url}",
 }
 TOKEN_IN_TEXT = re.compile(r"/pay/(?P<token>[^/\s]+)/")
 

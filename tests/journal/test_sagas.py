@@ -19,7 +19,7 @@ from journal.models import Approval, Step, Task
 from journal.operator import approval_approve, approval_reject, task_cancel
 from journal.outcomes import StepState
 from journal.policy import Policy
-from journal.protocols import Bound, Refused, StepFact, TaskFacts
+from journal.protocols import Bound, Call, Refused, StepFact, TaskFacts
 from journal.record import step_record, task_create
 from journal.run import task_advance
 from journal.sagas import ApprovalNotUsable, Undo, UndoFailed, UndoLater, next_undo
@@ -44,6 +44,9 @@ class SagaRules:
 
     def verify_before(self, *, tool: str) -> bool:
         return False
+
+    def closing(self, *, facts: TaskFacts) -> Call | None:
+        return None
 
 
 def world() -> tuple[Provider, dict[str, Any]]:
