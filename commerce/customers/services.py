@@ -14,6 +14,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from agentops.effects import EntryKind, Task, task_note, task_start
+from commerce.customers.dates import date_text
 from commerce.customers.selectors import Payment, PaymentState, payment_of
 
 # Who a retry from the payment page is recorded as: the link is a bearer token, and whoever
@@ -47,14 +48,17 @@ class PaymentRefused(Exception):
 class RetryThrottled(PaymentRefused):
     """The customer tried too often in a short while; nothing was started."""
 
+    SENTENCE = (
+        "You have tried to pay several times in a short while, so nothing was started. "
+        "Please try again after"
+    )
+
     def __init__(self, *, retry_at: datetime) -> None:
         # Rounded up to the minute, so "after 14:06" is never a minute early.
         shown = (retry_at + timedelta(seconds=59)).replace(second=0, microsecond=0)
-        super().__init__(
-            "You have tried to pay several times in a short while, so nothing was started. "
-            f"Please try again after {shown:%H:%M} UTC on {shown.day} {shown:%B}."
-        )
-        self.retry_at = retry_at
+        # The page writes the time itself, in the reader's order and zone (customer_time).
+        super().__init__(f"{self.SENTENCE} {date_text(shown, order='dmy')}.")
+        self.retry_at, self.shown_at = retry_at, shown
 
     @property
     def retry_after(self) -> int:

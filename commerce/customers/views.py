@@ -92,8 +92,8 @@ def payment(request: HtmxHttpRequest, token: str) -> HttpResponse:
                 payment_retry(invoice=link.invoice, actor=CUSTOMER, payment_method=card)
             except RetryThrottled as exc:
                 log.warning("throttled: the customer's retry of %s", link.invoice)
-                refused, status = str(exc), 429
-                retry_at, retry_after = exc.retry_at, exc.retry_after
+                refused, status = RetryThrottled.SENTENCE, 429
+                retry_at, retry_after = exc.shown_at, exc.retry_after
             except PaymentRefused as exc:
                 log.warning("refused: the customer's payment of %s: %s", link.invoice, exc)
                 refused, status = str(exc), 409

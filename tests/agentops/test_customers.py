@@ -14,6 +14,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 from unittest.mock import patch
 
@@ -29,6 +30,7 @@ from agentops.effects import task_start
 from agentops.kinds import planner_bound, rules_for
 from agentops.planners.scripted import ScriptedPlanner
 from commerce import playbooks
+from commerce.customers.dates import date_text, reader_order
 from commerce.customers.links import SALT, link_of, payment_link, payment_token
 from commerce.customers.services import CARD_REFUSED
 from journal.leases import lease_acquire, lease_release
@@ -547,6 +549,48 @@ def test_a_cancelled_renewal_whose_charge_was_refunded_says_cancelled_and_refund
     page = Client().get(payment_link(inv, task.pk)).content.decode()
     assert "This payment was cancelled" in page and "Nothing is owed" in page
     assert "Refunded: your payment of 49.00 USD was refunded to your card in full" in page
+
+
+MONTH = "(?:January|February|March|April|May|June|July|August|September|October|November|December)"
+MONTH_FIRST = re.compile(rf"{MONTH} \d{{1,2}}, \d{{4}}")
+DAY_FIRST = re.compile(rf"\d{{1,2}} {MONTH} \d{{4}}")
+
+
+@pytest.mark.parametrize(
+    ("accept", "order"),
+    [
+        ("", "mdy"),
+        ("en-US,en;q=0.9", "mdy"),
+        ("en", "mdy"),
+        ("en-GB,en;q=0.8", "dmy"),
+        ("fr-FR,fr;q=0.9,en;q=0.8", "dmy"),
+        ("en;q=0.5, en-GB", "dmy"),  # by weight, not by place
+        ("de;q=0, en-us", "mdy"),
+        ("*", "mdy"),
+    ],
+)
+def test_the_readers_language_chooses_one_date_order(accept: str, order: str) -> None:
+    assert reader_order(accept) == order
+
+
+def test_a_date_is_written_one_way_in_each_order() -> None:
+    at = datetime(2026, 12, 3, 14, 5, tzinfo=UTC)
+    assert date_text(at, order="mdy") == "December 3, 2026, 14:05 UTC"
+    assert date_text(at, order="dmy", with_time=False) == "3 December 2026"
+
+
+@pytest.mark.parametrize(
+    ("accept", "used", "never"),
+    [("en-US,en;q=0.9", MONTH_FIRST, DAY_FIRST), ("en-GB", DAY_FIRST, MONTH_FIRST)],
+)
+def test_every_date_on_the_customers_page_is_in_the_readers_one_format(
+    redis: Any, accept: str, used: re.Pattern[str], never: re.Pattern[str]
+) -> None:
+    inv = invoice()
+    task = paid(inv, refunded=True, cancelled=True)  # paid, refunded, cancelled: three dates
+    page = Client().get(payment_link(inv, task.pk), HTTP_ACCEPT_LANGUAGE=accept).content.decode()
+    assert len(used.findall(page)) >= 4, page  # each date, and in its title
+    assert never.findall(page) == []
 
 
 def test_times_are_marked_for_the_customers_zone_with_utc_as_the_fallback(redis: Any) -> None:

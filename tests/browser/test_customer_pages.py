@@ -249,6 +249,30 @@ def test_a_renewal_refunded_at_the_provider_tells_its_customer_refunded_with_the
     screenshot(customer, "customer-refunded", phone=True)
 
 
+@pytest.mark.parametrize(
+    ("locale", "written"),
+    [("en-US", r"^[A-Z][a-z]+ \d{1,2}, \d{4}"), ("en-GB", r"^\d{1,2} [A-Z][a-z]+ \d{4}")],
+)
+def test_the_customers_dates_are_written_one_way_in_their_locale_and_zone(
+    app_server: str, browser: Any, locale: str, written: str
+) -> None:
+    """The server's words (UTC) and the script's (the reader's zone) in one order, the one
+    of the browser's language: never "December 3, 2026" beside "3 December 2026"."""
+    quiet_world()
+    inv = invoice()
+    task = paid_and_refunded(inv, refunded=True, cancelled=True)
+    context = browser.new_context(locale=locale, timezone_id="America/New_York")
+    try:
+        page = context.new_page()
+        page.goto(f"{app_server}{payment_link(inv, task.pk)}")
+        page.wait_for_selector("#payment time[data-localized]")
+        texts = page.locator("#payment time").all_inner_texts()
+        assert len(texts) == 2 and all(re.match(written, t) for t in texts), texts
+        assert texts[1].endswith(" EST"), texts  # the reader's zone, not UTC
+    finally:
+        context.close()
+
+
 # --- Links that open no payment --------------------------------------------------------------
 
 
