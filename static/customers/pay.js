@@ -28,7 +28,7 @@ function localTimes(root) {
   });
 }
 document.addEventListener("DOMContentLoaded", function () { localTimes(document); });
-document.addEventListener("htmx:afterSwap", function (event) { localTimes(event.detail.target); });
+document.addEventListener("htmx:afterSwap", function () { localTimes(document); });
 document.addEventListener("htmx:oobAfterSwap", function (event) { localTimes(event.detail.target); });
 
 // The page checking a payment polls only while it is seen.
@@ -52,3 +52,15 @@ document.addEventListener("submit", function (event) {
     button.textContent = "Paying…";
   }
 });
+
+// A paid page's receipt prints (the print stylesheet keeps the receipt alone); the button is
+// there only with the script, which it needs — also once a checked payment swaps to paid.
+function printButtons(root) {
+  root.querySelectorAll("[data-print][hidden]").forEach(function (button) {
+    button.hidden = false;
+    button.addEventListener("click", function () { window.print(); });
+  });
+}
+document.addEventListener("DOMContentLoaded", function () { printButtons(document); });
+// An outerHTML swap's target is the element it replaced: look at the document instead.
+document.addEventListener("htmx:afterSwap", function () { printButtons(document); });

@@ -199,6 +199,16 @@ def test_a_customer_sees_their_payment_go_from_unknown_to_done_without_reloading
     assert customer.evaluate("window.loadedOnce") is True
     assert "Receipt reference: ch_" in customer.inner_text("#payment")
     assert charges(payments_sandbox, inv) == ["succeeded"]
+    # Swapped to paid in place: its times in the reader's zone, and its receipt can be
+    # printed, the receipt alone.
+    customer.wait_for_selector("#payment .receipt time[data-localized]")
+    assert customer.locator("button.print").is_visible()
+    customer.emulate_media(media="print")
+    assert customer.locator(".receipt").is_visible()
+    assert customer.locator(".print-only").is_visible()
+    assert not customer.locator("button.print").is_visible()
+    assert not customer.locator("footer.contact").is_visible()
+    customer.emulate_media(media="screen")
 
 
 # --- Refunded -------------------------------------------------------------------------------
