@@ -28,7 +28,7 @@ from agentops.effects import (
     refs_object,
 )
 from agentops.money import money_text
-from commerce.customers.links import email_link
+from commerce.customers.links import LINK_KIND, email_link
 from commerce.tools.email import EMAIL_PATTERN
 
 # Anchored patterns let one trailing newline through ($ matches before it): NO_CONTROL too.
@@ -239,6 +239,22 @@ KINDS: tuple[Kind, ...] = (
         # Rejected by a person, or undone because a step could not happen: the traveller is
         # told, once, that it was cancelled (and refunded, if the card was charged).
         closing=Closing("send_email", _trip_cancelled),
+    ),
+    Kind(
+        name=LINK_KIND,
+        description="Email a customer a fresh link to their payment page, which they asked for.",
+        refs_schema=refs_object({"invoice": INVOICE, "email": EMAIL}, ["invoice", "email"]),
+        binds={
+            "send_email": (
+                Ref("to", "email"),
+                Ref("reference", "invoice"),
+                OneOf("purpose", ("link",)),
+                # The page, bound to this task: the harness ends the email with it.
+                Append("body", email_link),
+            ),
+        },
+        max_steps=3,
+        references=("invoice",),
     ),
     Kind(
         name="reminders",

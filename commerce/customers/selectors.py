@@ -22,6 +22,7 @@ from agentops.effects import (
 )
 from agentops.money import money_text
 from commerce.customers.declines import Decline, decline_for
+from commerce.customers.links import LINK_KIND
 
 # A task's ends that call its payment off (an operator's cancel, a saga undone).
 CALLED_OFF = ("cancelled", "compensated")
@@ -91,10 +92,11 @@ def payment_of(*, invoice: str) -> Payment | None:
         return None
     # The tasks that name the invoice, and those that charged it (found by the guards' index:
     # no join of every task with every step).
+    # (Not a task that only emailed the customer a fresh link: it says nothing of the payment.)
     tasks = Task.objects.filter(
         Q(refs__invoice__iexact=invoice)
         | Q(pk__in=Step.objects.filter(guard_key=charged).values("task_id"))
-    )
+    ).exclude(kind=LINK_KIND)
     if not tasks.exists():
         return None
     charge = (

@@ -26,6 +26,7 @@ PURPOSES = {
     # lets a model send them.
     "cancellation": "says a booking was cancelled and nothing is owed (once per reference)",
     "refund": "says a payment was refunded",
+    "link": "a fresh link to the reference's payment page, which its customer asked for",
 }
 ONCE_PURPOSES = frozenset({"receipt", "itinerary", "reminder", "cancellation"})
 EMAIL_PATTERN = "^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$"

@@ -32,7 +32,7 @@ from agentops.planners.scripted import ScriptedPlanner
 from commerce import playbooks
 from commerce.customers.dates import date_text, reader_order
 from commerce.customers.links import SALT, link_of, payment_link, payment_token
-from commerce.customers.services import CARD_REFUSED
+from commerce.customers.services import CARD_REFUSED, LINK_ANSWER, LINK_LIMIT, LINK_REQUESTED
 from journal.leases import lease_acquire, lease_release
 from journal.models import Entry, EntryKind, Step, Task
 from journal.operator import task_cancel
@@ -600,6 +600,48 @@ def test_times_are_marked_for_the_customers_zone_with_utc_as_the_fallback(redis:
     page = Client().get(payment_link(inv)).content.decode()
     assert '<time datetime="20' in page and 'data-local="datetime"' in page
     assert " UTC</time>" in page  # what a browser without the script shows
+
+
+# --- A fresh link, from an expired one -------------------------------------------------------
+
+NEW_LINK = {"new_link": "1"}  # the expired page's button
+
+
+def test_an_expired_link_has_a_fresh_one_sent_to_the_address_on_file_recorded_and_limited(
+    redis: Any,
+) -> None:
+    inv = invoice()
+    task = declined(inv)
+    url = payment_link(inv, task.pk)
+    with override_settings(CUSTOMER_LINK_MAX_AGE_DAYS=-1):
+        expired = Client().get(url)
+        assert expired.status_code == 404 and "Email me a new link" in expired.content.decode()
+        for _ in range(LINK_LIMIT):
+            sent = Client().post(url, NEW_LINK)
+            assert sent.status_code == 200 and LINK_ANSWER in sent.content.decode()
+            assert "Email me a new link" not in sent.content.decode()
+        throttled = Client().post(url, NEW_LINK)
+    assert throttled.status_code == 429 and int(throttled["Retry-After"]) > 3000
+    assert "nothing more was sent" in throttled.content.decode()
+    links = Task.objects.filter(kind="customer_link", refs__invoice=inv)
+    assert links.count() == LINK_LIMIT
+    assert {(t.refs["email"], started_by(t)) for t in links} == {("ada@example.com", "customer")}
+    asked = Entry.objects.filter(task=task, data__action=LINK_REQUESTED)
+    assert asked.count() == LINK_LIMIT and {e.actor for e in asked} == {"customer"}
+    # The link tasks say nothing of the payment: still not paid, and payable.
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert "Your payment didn't go through" in page and "Pay with another card" in page
+
+
+def test_a_fresh_link_for_a_payment_we_cannot_place_is_answered_alike_and_sends_nothing(
+    redis: Any,
+) -> None:
+    inv = invoice()
+    url = f"/pay/{payment_token(inv, str(uuid.uuid4()))}/"
+    with override_settings(CUSTOMER_LINK_MAX_AGE_DAYS=-1):
+        answer = Client().post(url, NEW_LINK)
+    assert answer.status_code == 200 and LINK_ANSWER in answer.content.decode()
+    assert not Task.objects.filter(refs__invoice=inv).exists()
 
 
 # --- Links that open no payment --------------------------------------------------------------
