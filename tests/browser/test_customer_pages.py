@@ -308,6 +308,38 @@ def test_an_expired_link_gets_a_styled_page_that_says_how_to_get_a_new_one(
         assert customer.inner_text("h1") == "This payment link does not work"
 
 
+def test_an_expired_link_has_a_fresh_one_emailed_that_opens_the_page(
+    fleet: Fleet, app_server: str, mail_sandbox: SandboxHandle, browser: Any
+) -> None:
+    """From the expired page, "Email me a new link": the address on file gets one message
+    with a link bound to a new task, and that link opens the payment's page."""
+    fleet.worker(CUSTOMER_BASE_URL=app_server)
+    inv = invoice()
+    task = declined(inv)
+    url = f"{app_server}{payment_link(inv, task.pk)}"
+    with override_settings(CUSTOMER_LINK_MAX_AGE_DAYS=-1), refused_links_page(browser) as page:
+        page.goto(url)
+        page.click("button[name=new_link]")
+        page.wait_for_selector("#link-refused [role=status]")
+        assert "a new link is on its way" in page.inner_text("#link-refused")
+        assert page.locator("button[name=new_link]").count() == 0
+    wait_for(
+        lambda: any(
+            (e["params"].get("headers") or {}).get("X-Agentops-Reference") == inv
+            for e in mail_sandbox.client.ledger(operation="messages.send")
+        ),
+        timeout=20,
+        what="the fresh link's email",
+    )
+    sent = email_to(mail_sandbox, inv, "link")
+    assert sent["to"] == "ada@example.com"
+    fresh = link_in(sent["body"], app_server)
+    assert fresh != url
+    with override_settings(**TEST_MODE), refused_links_page(browser) as page:
+        page.goto(fresh)
+        assert page.inner_text("h1") == "Your payment didn't go through"
+
+
 # --- axe-core on every state, light and dark -------------------------------------------------
 
 
