@@ -121,14 +121,17 @@ def _trip_cancelled(refs: Mapping[str, Any], facts: TaskFacts) -> dict[str, Any]
         if refund
         else "No money has been taken."
     )
+    held = any(s.offsets is not None and s.state == StepState.DONE for s in facts.steps)
+    what = (
+        f"flight {refs['flight']} and the hotel {refs['hotel']} from {refs['check_in']} to "
+        f"{refs['check_out']} are no longer held for you"
+        if held
+        else "nothing was held for you"
+    )
     return {
         "to": refs["email"],
         "subject": f"Your trip {refs['invoice']} was cancelled",
-        "body": (
-            f"Your trip {refs['invoice']} was cancelled: flight {refs['flight']} and the hotel "
-            f"{refs['hotel']} from {refs['check_in']} to {refs['check_out']} are no longer "
-            f"held for you. Nothing is owed. {money}"
-        ),
+        "body": f"Your trip {refs['invoice']} was cancelled: {what}. Nothing is owed. {money}",
         "reference": refs["invoice"],
         "purpose": "cancellation",
     }

@@ -33,6 +33,7 @@ from commerce import playbooks
 from commerce.customers.dates import date_text, reader_order
 from commerce.customers.links import SALT, link_of, payment_link, payment_token
 from commerce.customers.services import CARD_REFUSED, LINK_ANSWER, LINK_LIMIT, LINK_REQUESTED
+from commerce.kinds import KINDS
 from journal.leases import lease_acquire, lease_release
 from journal.models import Entry, EntryKind, Step, Task
 from journal.operator import task_cancel
@@ -47,6 +48,8 @@ from tests.databases import flag
 from tests.journal.support import ChargeTool, Provider, invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
+
+KINDS_BY_NAME = {kind.name: kind for kind in KINDS}
 
 READ_ONLY, ACTING = "Operators (read-only)", "Operators"
 # The declined renewals below were charged to pm_card_visa; the customer chooses another.
@@ -600,6 +603,44 @@ def test_times_are_marked_for_the_customers_zone_with_utc_as_the_fallback(redis:
     page = Client().get(payment_link(inv)).content.decode()
     assert '<time datetime="20' in page and 'data-local="datetime"' in page
     assert " UTC</time>" in page  # what a browser without the script shows
+
+
+def test_a_cancelled_trips_message_says_what_was_let_go_and_what_was_refunded() -> None:
+    refs = {
+        "invoice": "TRIP-1",
+        "email": "alan@example.com",
+        "flight": "TP1351",
+        "hotel": "Alfama",
+        "check_in": "2027-03-01",
+        "check_out": "2027-03-04",
+    }
+
+    def step(n: int, tool: str, **more: Any) -> StepFact:
+        return StepFact(
+            n=n, tool=tool, args={}, state=StepState.DONE, detail="", key=f"k{n}", **more
+        )
+
+    nothing = TaskFacts(task_id="t", kind="trip", goal="", refs=refs, steps=[])
+    told = KINDS_BY_NAME["trip"].closing.args(refs, nothing)  # type: ignore[union-attr]
+    assert told is not None and told["purpose"] == "cancellation"
+    assert "nothing was held for you. Nothing is owed. No money has been taken." in told["body"]
+    charge = step(3, "charge_customer", offset=True)
+    refunded = TaskFacts(
+        task_id="t",
+        kind="trip",
+        goal="",
+        refs=refs,
+        steps=[
+            step(1, "hold_flight", offset=True),
+            charge,
+            step(4, "refund_charge", offsets=3, evidence={"amount": 84000, "currency": "usd"}),
+            step(5, "release_flight", offsets=1),
+        ],
+    )
+    told = KINDS_BY_NAME["trip"].closing.args(refs, refunded)  # type: ignore[union-attr]
+    assert told is not None
+    assert "flight TP1351 and the hotel Alfama from 2027-03-01 to 2027-03-04" in told["body"]
+    assert "The payment of 840.00 USD was refunded to your card in full" in told["body"]
 
 
 # --- A fresh link, from an expired one -------------------------------------------------------
