@@ -11,7 +11,7 @@ from typing import Any
 from agentops import effects
 from commerce import playbooks
 from commerce.audits import AUDITS
-from commerce.customers.links import payment_link
+from commerce.customers.links import LINK_KIND, payment_link
 from commerce.customers.selectors import PaymentState, payment_of
 from commerce.customers.services import PaymentRefused, payment_retry
 from commerce.demo import DEMO_TASKS
@@ -48,6 +48,7 @@ for audit in AUDITS:
 effects.register_playbook("renewal")(playbooks.renewal)
 effects.register_playbook("trip")(playbooks.trip)
 effects.register_playbook("reminders")(playbooks.reminders)
+effects.register_playbook(LINK_KIND)(playbooks.customer_link)
 
 DEMO_INVOICES = (
     "INV-3001:4900:usd:ada@example.com",

@@ -14,18 +14,21 @@ from agentops.effects import (
     NO_CONTROL,
     Append,
     Bind,
+    Closing,
     Kind,
     OneOf,
     Own,
     Ref,
     Row,
     Saga,
+    StepState,
+    TaskFacts,
     UnsafeName,
     object_key,
     refs_object,
 )
 from agentops.money import money_text
-from commerce.customers.links import email_link
+from commerce.customers.links import LINK_KIND, email_link
 from commerce.tools.email import EMAIL_PATTERN
 
 # Anchored patterns let one trailing newline through ($ matches before it): NO_CONTROL too.
@@ -92,6 +95,67 @@ def _invoices_distinct(refs: Mapping[str, Any]) -> list[str]:
     return ["invoices: an invoice is listed twice"] if len(names) != len(set(names)) else []
 
 
+def _refunded(facts: TaskFacts) -> tuple[int, str] | None:
+    """What the task's own refund of its charge gave back (its evidence's amount, the
+    charge's whole when it does not say), or None when no refund of it is done."""
+    for step in facts.steps:
+        if step.tool == "refund_charge" and step.state == StepState.DONE:
+            charged = next(
+                (s for s in facts.steps if s.n == step.offsets and s.tool == "charge_customer"),
+                None,
+            )
+            whole = charged.args if charged is not None else {}
+            amount = step.evidence.get("amount", whole.get("amount"))
+            currency = str(step.evidence.get("currency") or whole.get("currency") or "usd")
+            if isinstance(amount, int):
+                return amount, currency
+    return None
+
+
+def _trip_cancelled(refs: Mapping[str, Any], facts: TaskFacts) -> dict[str, Any]:
+    """A trip's closing message: it was cancelled (a person rejected it, or it could not be
+    booked and was undone), nothing is owed, and the refund, if the card was charged."""
+    refund = _refunded(facts)
+    money = (
+        f"The payment of {money_text(*refund)} was refunded to your card in full; your bank "
+        "may take a few days to show it."
+        if refund
+        else "No money has been taken."
+    )
+    held = any(s.offsets is not None and s.state == StepState.DONE for s in facts.steps)
+    what = (
+        f"flight {refs['flight']} and the hotel {refs['hotel']} from {refs['check_in']} to "
+        f"{refs['check_out']} are no longer held for you"
+        if held
+        else "nothing was held for you"
+    )
+    return {
+        "to": refs["email"],
+        "subject": f"Your trip {refs['invoice']} was cancelled",
+        "body": f"Your trip {refs['invoice']} was cancelled: {what}. Nothing is owed. {money}",
+        "reference": refs["invoice"],
+        "purpose": "cancellation",
+    }
+
+
+def _renewal_refunded(refs: Mapping[str, Any], facts: TaskFacts) -> dict[str, Any] | None:
+    """A renewal's closing message, when a person's compensation refunded its charge."""
+    refund = _refunded(facts)
+    if refund is None:
+        return None  # nothing was taken: nothing to tell
+    return {
+        "to": refs["email"],
+        "subject": f"Refund for {refs['invoice']}",
+        "body": (
+            f"We refunded your payment of {money_text(*refund)} for {refs['invoice']} in "
+            "full. It goes back to the card you paid with; your bank may take a few days to "
+            "show it."
+        ),
+        "reference": refs["invoice"],
+        "purpose": "refund",
+    }
+
+
 RENEWAL_CAPS = {"usd": 100_000, "eur": 100_000, "gbp": 100_000}
 TRIP_CAPS = {"usd": 500_000, "eur": 500_000, "gbp": 500_000}
 
@@ -120,6 +184,8 @@ KINDS: tuple[Kind, ...] = (
         refs_checks=(_amount_within_cap(RENEWAL_CAPS),),
         references=("invoice",),
         customer=("email",),
+        # A charge a person's compensation refunded: the customer is told, once.
+        closing=Closing("send_email", _renewal_refunded),
     ),
     Kind(
         name="trip",
@@ -176,6 +242,25 @@ KINDS: tuple[Kind, ...] = (
             hold_over={"charge_customer": 300_000},
             verify_before=frozenset({"charge_customer"}),
         ),
+        # Rejected by a person, or undone because a step could not happen: the traveller is
+        # told, once, that it was cancelled (and refunded, if the card was charged).
+        closing=Closing("send_email", _trip_cancelled),
+    ),
+    Kind(
+        name=LINK_KIND,
+        description="Email a customer a fresh link to their payment page, which they asked for.",
+        refs_schema=refs_object({"invoice": INVOICE, "email": EMAIL}, ["invoice", "email"]),
+        binds={
+            "send_email": (
+                Ref("to", "email"),
+                Ref("reference", "invoice"),
+                OneOf("purpose", ("link",)),
+                # The page, bound to this task: the harness ends the email with it.
+                Append("body", email_link),
+            ),
+        },
+        max_steps=3,
+        references=("invoice",),
     ),
     Kind(
         name="reminders",

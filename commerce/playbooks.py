@@ -126,3 +126,20 @@ def reminders(facts: TaskFacts) -> Decision:
             )
     sent = sum(1 for s in facts.steps if s.tool == "send_email" and s.state == StepState.DONE)
     return Finish(f"{sent} of {len(facts.refs['invoices'])} reminders sent")
+
+
+def customer_link(facts: TaskFacts) -> Decision:
+    """Email the customer a fresh link to their payment page (the harness adds the link)."""
+    r = facts.refs
+    if _last(facts, "send_email") is None:
+        return Call(
+            "send_email",
+            {
+                "to": r["email"],
+                "subject": f"Your new payment link for {r['invoice']}",
+                "body": f"You asked for a new link to the payment page of {r['invoice']}.",
+                "reference": r["invoice"],
+                "purpose": "link",
+            },
+        )
+    return Finish(f"a new link for {r['invoice']} emailed")

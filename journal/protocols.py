@@ -148,6 +148,11 @@ class Bound:
     offsets: int | None = None
 
 
+# The raw decision of a task's closing call (``Rules.closing``): ``{"harness": CLOSING}``, by
+# which the runner knows it was made.
+CLOSING = "closing"
+
+
 class Rules(Protocol):
     """What binds a task's decisions to the task (docs/design.md §6, §7): the harness knows
     what the task is for; the model may be wrong or prompt-injected."""
@@ -168,6 +173,12 @@ class Rules(Protocol):
 
     def verify_before(self, *, tool: str) -> bool:
         """Whether the effects the task holds must be seen to stand before this call."""
+        ...
+
+    def closing(self, *, facts: TaskFacts) -> Call | None:
+        """The call the harness makes once the task's done effects are undone, before it ends
+        compensated (a message to the customer that their trip was cancelled, their payment
+        refunded), or None: made once, keyed like any step, never decided by the model."""
         ...
 
 

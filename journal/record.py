@@ -196,6 +196,7 @@ def step_record(
     policy: Policy = DEFAULT_POLICY,
     undo_of: StepFact | None = None,
     approval: Approval | None = None,
+    closing: bool = False,
 ) -> Step:
     """Record a decided call and start its first attempt, in one commit, before any call.
 
@@ -207,7 +208,9 @@ def step_record(
     perform it. The settlement its runner held back goes first, in the same statement.
 
     ``undo_of`` makes the step a saga's compensation of that earlier step: linked to it and
-    keyed from its key. ``approval`` is the person's approval of exactly this call: it is used
+    keyed from its key. ``closing`` is the harness's own last call of a task whose effects are
+    undone (``Rules.closing``): recorded while it unwinds, as an undo is.
+    ``approval`` is the person's approval of exactly this call: it is used
     up in the same statement (:class:`~journal.sagas.ApprovalNotUsable` if it no longer can
     be). Raises :class:`~journal.leases.TaskMoved` when the task moved and nothing was
     recorded, :class:`~journal.leases.LeaseLost` when the lease was taken over.
@@ -220,7 +223,14 @@ def step_record(
         decision=decision, tools=tools, rules=None if undo_of else rules, facts=facts
     )
     raw, raw_text = _frozen_or_repr(decision.raw)
-    refuse = _Refuser(lease=lease, decision=decision, args=checked.args, raw=raw, retries=retries)
+    refuse = _Refuser(
+        lease=lease,
+        decision=decision,
+        args=checked.args,
+        raw=raw,
+        retries=retries,
+        forward=not closing,
+    )
     if checked.refused is not None:
         return refuse(checked.refused.code, checked.refused.reason, **dict(checked.refused.facts))
     tool, args = cast(Tool, checked.tool), checked.args  # known: it would be refused otherwise
@@ -236,7 +246,7 @@ def step_record(
         # undo link, retries): its entry says only that it was recorded, with its key and its
         # first attempt (journal_record adds them), not all of that a second time.
         "entry": {},
-        "forward": undo_of is None,
+        "forward": undo_of is None and not closing,
         "cost": str(tool.cost),
         "guard": guard,
         "guard_key": guard_key,
@@ -385,9 +395,18 @@ class _Refuser:
     """Records a decision as ``not_done`` with the reason it was refused; nothing is sent.
     Through ``journal_record``, like any step: the task must be runnable and the lease ours."""
 
-    def __init__(self, *, lease: Lease, decision: Call, args: Any, raw: Any, retries: int) -> None:
+    def __init__(
+        self,
+        *,
+        lease: Lease,
+        decision: Call,
+        args: Any,
+        raw: Any,
+        retries: int,
+        forward: bool = True,
+    ) -> None:
         self.lease, self.decision, self.args, self.raw = lease, decision, args, raw
-        self.retries = retries
+        self.retries, self.forward = retries, forward
 
     def __call__(
         self,
@@ -417,6 +436,7 @@ class _Refuser:
             guard=guard,
             guard_key=guard_key,
             retries=self.retries,
+            forward=self.forward,
             refusal=str(code),
             detail=reason,
             outcome=outcome,

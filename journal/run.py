@@ -43,7 +43,17 @@ from journal.moves import first_delay
 from journal.outcomes import LIVE_STATES, StepState
 from journal.perform import step_perform, step_reconcile
 from journal.policy import DEFAULT_POLICY, Policy
-from journal.protocols import Call, Decision, Finish, Planner, Rules, StepFact, TaskFacts, Tool
+from journal.protocols import (
+    CLOSING,
+    Call,
+    Decision,
+    Finish,
+    Planner,
+    Rules,
+    StepFact,
+    TaskFacts,
+    Tool,
+)
 from journal.record import decision_check, step_record, task_finish
 from journal.sagas import (
     ApprovalNotUsable,
@@ -337,6 +347,31 @@ def _advance(
                 performed += 1
                 view = None
             case moves.Compensated():
+                closing = _closing(lease.task_id, rules, facts, policy, now)
+                if isinstance(closing, datetime):
+                    _wait(lease, until=closing, why="a retry of its closing call")
+                    return Advance("waiting", performed)
+                if closing is not None:
+                    # Its last call, once (a message to the customer), then it ends.
+                    call, retries = closing
+                    try:
+                        step = step_record(
+                            lease=lease,
+                            decision=call,
+                            tools=tools,
+                            facts=facts,
+                            policy=policy,
+                            retries=retries,
+                            closing=True,
+                        )
+                    except TaskMoved:
+                        view = None  # changed meanwhile (a person cancelled it): look again
+                        continue
+                    if step.state == StepState.PENDING:
+                        step_perform(lease=lease, step=step, tool=tools[step.tool], policy=policy)
+                    performed += 1
+                    view = None
+                    continue
                 try:
                     task_finish(
                         lease=lease,
@@ -411,6 +446,36 @@ def _advance(
                 view = None if reread else view.after(step, outcome, approval_used=used)
             case _:  # every move is performed above (mypy checks: a new one fails here)
                 assert_never(move)
+
+
+def _closing(
+    task_id: UUID, rules: Rules | None, facts: TaskFacts, policy: Policy, now: datetime
+) -> tuple[Call, int] | datetime | None:
+    """The task's closing call (``Rules.closing``) to record now, with its harness retries so
+    far; when to try it again, if the last could not be sent for a passing reason and its
+    backoff has not passed; or None: none declared, or it was made (done, unknown and looked
+    up, refused, or out of retries), and the task ends."""
+    if rules is None:
+        return None
+    made = (
+        Step.objects.filter(task_id=task_id, decision__harness=CLOSING)
+        .order_by("-n")
+        .values_list("n", flat=True)
+        .first()
+    )
+    if made is None:
+        closing = rules.closing(facts=facts)
+        return None if closing is None else (closing, 0)
+    last = next((s for s in facts.steps if s.n == made), None)
+    if last is None or last.state != StepState.NOT_DONE or not last.transient or last.refusal:
+        return None
+    if last.retries >= len(policy.transient_retry_delays) or last.settled_at is None:
+        return None
+    due = last.settled_at + timedelta(seconds=policy.transient_retry_delays[last.retries])
+    if due > now:
+        return due
+    # It provably never left: the same call again, as a new step with a new key.
+    return Call(last.tool, last.args, raw={"harness": CLOSING, "of": last.n}), last.retries + 1
 
 
 def _compensate(

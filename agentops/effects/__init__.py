@@ -72,6 +72,7 @@ from agentops.effects._kind import (
     Append,
     Bind,
     Check,
+    Closing,
     Kind,
     KindRules,
     OneOf,
@@ -116,6 +117,7 @@ from journal.protocols import Call, CostClass, Decision, Finish, StepFact, TaskF
 __all__ = [
     "ActionRefused",
     "Append",
+    "Closing",
     "Audit",
     "Bind",
     "Call",

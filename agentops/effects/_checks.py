@@ -184,6 +184,28 @@ def kind_problems(known: dict[str, Tool], unmade: frozenset[str] = frozenset()) 
                             14,
                         )
                     )
+        closing = kind.closing
+        if closing is not None and closing.tool not in unmade:
+            tool = known.get(closing.tool)
+            if tool is None or closing.tool not in kind.tools:
+                out.append(
+                    _error(
+                        f"kind {kind.name}: its closing call's tool {closing.tool} is not one "
+                        "of its declared tools",
+                        "Name a tool the kind binds (binds) and that is registered.",
+                        19,
+                    )
+                )
+            elif not tool.irreversible or tool.compensation is not None:
+                out.append(
+                    _error(
+                        f"kind {kind.name}: its closing call's tool {closing.tool} is not "
+                        "irreversible: it is made once the task's effects are undone, and "
+                        "nothing would undo it",
+                        "Close with an irreversible tool (a message).",
+                        19,
+                    )
+                )
         if kind.name not in registry.playbooks and settings.PLANNER == "scripted":
             out.append(
                 _error(
@@ -216,9 +238,7 @@ def declarations(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         except Exception as exc:  # a tool that cannot even be made
             unmade.add(name)
-            out.append(
-                _error(f"tool {name} cannot be made: {type(exc).__name__}: {exc}", "", 16)
-            )
+            out.append(_error(f"tool {name} cannot be made: {type(exc).__name__}: {exc}", "", 16))
     for tool in known.values():
         out.extend(tool_problems(tool, set(known) | unmade))
     out.extend(kind_problems(known, frozenset(unmade)))

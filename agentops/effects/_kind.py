@@ -21,7 +21,16 @@ from agentops.effects._tool import Tool
 from agentops.money import money_text
 from journal.keys import name_problem, same_object
 from journal.outcomes import StepState
-from journal.protocols import Bound, CostClass, Refusal, Refused, StepFact, TaskFacts
+from journal.protocols import (
+    CLOSING,
+    Bound,
+    Call,
+    CostClass,
+    Refusal,
+    Refused,
+    StepFact,
+    TaskFacts,
+)
 
 GOAL_MAX_CHARS = 2000
 REFS_MAX_BYTES = 16 * 1024
@@ -202,6 +211,21 @@ class Saga:
 
 
 @dataclass(frozen=True)
+class Closing:
+    """The harness's last call of a task whose done effects were all undone — a saga
+    compensated (a trip rejected by a person, or that could not be booked), a charge refunded
+    by a person's compensation — before the task ends ``compensated``: a message to the
+    customer, say. ``args(refs, facts)`` builds its arguments from the task's references and
+    what its steps did (None: nothing to say). It is the kind's code, never the model's: made
+    once per task (the runner records it once, keyed like any step, and looks it up like any
+    step its tool can look up), its kind's :class:`Append` binds written into it, and an
+    irreversible tool only (checked at start-up, agentops.E119): nothing is left to undo it."""
+
+    tool: str
+    args: Callable[[Mapping[str, Any], TaskFacts], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True)
 class Kind:
     """What a task of this kind is for, and the limits the harness holds it to.
 
@@ -225,6 +249,8 @@ class Kind:
     - ``customer``: where in the refs the person the task is for is named, in the order
       people read them (``traveller``, ``email``): the operators' list shows the first found
       and sorts by it.
+    - ``closing``: the call the harness makes once a compensation has undone the task's
+      effects (:class:`Closing`: tell the customer), before the task ends compensated.
     """
 
     name: str
@@ -237,6 +263,7 @@ class Kind:
     saga: Saga | None = None
     references: tuple[str, ...] = ()
     customer: tuple[str, ...] = ()
+    closing: Closing | None = None
 
     @property
     def tools(self) -> frozenset[str]:
@@ -426,6 +453,14 @@ class KindRules:
 
     def verify_before(self, *, tool: str) -> bool:
         return self.kind.saga is not None and tool in self.kind.saga.verify_before
+
+    def closing(self, *, facts: TaskFacts) -> Call | None:
+        closing = self.kind.closing
+        args = closing.args(self.refs, facts) if closing is not None else None
+        if closing is None or args is None:
+            return None
+        filled = self.filled(tool=closing.tool, args=args, facts=facts)
+        return Call(closing.tool, filled, raw={"harness": CLOSING})
 
     def filled(self, *, tool: str, args: Mapping[str, Any], facts: TaskFacts) -> dict[str, Any]:
         """The call's arguments with what the kind's binds write into them (:class:`Append`),

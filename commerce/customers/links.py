@@ -111,11 +111,19 @@ def invoice_of(token: str) -> str | None:
 # --- The link in the customer's emails ------------------------------------------------------
 
 # What the paragraph that ends each email the page is about says, by the email's purpose.
+# The kind of a task that only emails a customer a fresh link to their page, which they asked
+# for from an expired one (commerce/kinds.py, commerce/customers/services.py): it says nothing
+# of the payment, and the page does not count it.
+LINK_KIND = "customer_link"
+
 EMAIL_LINKS = {
     "receipt": "Your receipt: {url}",
     "payment_failed": "Pay with another card: {url}",
     "itinerary": "Your payment and trip: {url}",
     "notice": "Your trip and its payment: {url}",
+    "cancellation": "The cancelled trip and its payment: {url}",
+    "refund": "Your payment and its refund: {url}",
+    "link": "Your payment page: {url}",
 }
 TOKEN_IN_TEXT = re.compile(r"/pay/(?P<token>[^/\s]+)/")
 

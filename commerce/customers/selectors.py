@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import Q
 
+from agentops.audit.models import Finding, FindingKind
 from agentops.effects import (
     FINAL,
     GUARD_REFUSALS,
@@ -21,6 +22,7 @@ from agentops.effects import (
 )
 from agentops.money import money_text
 from commerce.customers.declines import Decline, decline_for
+from commerce.customers.links import LINK_KIND
 
 # A task's ends that call its payment off (an operator's cancel, a saga undone).
 CALLED_OFF = ("cancelled", "compensated")
@@ -41,8 +43,11 @@ class Payment:
     paid_at: datetime | None = None
     reference: str = ""
     next_check_at: datetime | None = None
+    # Refunded: by the journal's own undo (whole), or at the provider (its dashboard, its
+    # support), as the provider audit found it (in full or in part).
     refunded: bool = False
     refunded_at: datetime | None = None
+    refunded_amount: int | None = None
     retryable: bool = False
     # Not done: the provider's reason (a decline code, commerce/customers/declines.py) and
     # the card that was declined, never to be charged again without the customer's say.
@@ -61,6 +66,20 @@ class Payment:
         return money_text(self.amount, self.currency)
 
     @property
+    def refunded_text(self) -> str:
+        if self.refunded_amount is None:
+            return self.amount_text
+        return money_text(self.refunded_amount, self.currency)
+
+    @property
+    def refunded_in_part(self) -> bool:
+        return (
+            self.refunded_amount is not None
+            and self.amount is not None
+            and 0 < self.refunded_amount < self.amount
+        )
+
+    @property
     def decline(self) -> Decline:
         return decline_for(self.decline_code)
 
@@ -73,10 +92,11 @@ def payment_of(*, invoice: str) -> Payment | None:
         return None
     # The tasks that name the invoice, and those that charged it (found by the guards' index:
     # no join of every task with every step).
+    # (Not a task that only emailed the customer a fresh link: it says nothing of the payment.)
     tasks = Task.objects.filter(
         Q(refs__invoice__iexact=invoice)
         | Q(pk__in=Step.objects.filter(guard_key=charged).values("task_id"))
-    )
+    ).exclude(kind=LINK_KIND)
     if not tasks.exists():
         return None
     charge = (
@@ -127,20 +147,29 @@ def payment_of(*, invoice: str) -> Payment | None:
             next_check_at=charge.next_check_at,
         )
     if charge.state == StepState.DONE and charge.offset_by_id is None:
-        evidence = charge.evidence
+        at_provider = _refunded_at_provider(charge)
         return Payment(
             invoice=invoice,
             state=PaymentState.DONE,
             amount=amount,
             currency=currency,
             paid_at=charge.settled_at,
-            reference=str(evidence.get("charge") or evidence.get("payment_intent") or ""),
+            reference=_reference(charge),
+            refunded=at_provider is not None,
+            # Not when it was refunded: the audit says only when it found it.
+            refunded_amount=at_provider[1] if at_provider else None,
+            kind=kind,
+            # Refunded at the provider, the journal's charge still stands (its guard too): not
+            # paid again here; the customer is told what was refunded, and by whom to ask.
+            cancelled=bool(at_provider) and called_off,
+            cancelled_at=ended["cancelled_at"] if at_provider else None,
         )
     if in_progress:  # a retry of a charge the provider could not take is on its way
         return Payment(
             invoice=invoice, state=PaymentState.UNKNOWN, amount=amount, currency=currency
         )
     refunded = charge.state == StepState.DONE  # done, and offset: refunded whole
+    undone = _undone(charge, amount) if refunded else None
     outcome = charge.outcome if isinstance(charge.outcome, dict) else {}
     return Payment(
         invoice=invoice,
@@ -148,15 +177,48 @@ def payment_of(*, invoice: str) -> Payment | None:
         amount=amount,
         currency=currency,
         refunded=refunded,
-        refunded_at=_undone_at(charge) if refunded else None,
+        paid_at=charge.settled_at if refunded else None,
+        reference=_reference(charge) if refunded else "",
+        refunded_at=undone[0] if undone else None,
+        refunded_amount=undone[1] if undone else None,
         decline_code="" if refunded else str(outcome.get("code") or ""),
         declined_card="" if refunded else str(charge.args.get("payment_method") or ""),
         **ended,
     )
 
 
-def _undone_at(charge: Step) -> datetime | None:
-    if charge.offset_by_id is None:
+def _reference(charge: Step) -> str:
+    """The receipt reference the customer is told: the provider's charge (or payment)."""
+    evidence = charge.evidence
+    return str(evidence.get("charge") or evidence.get("payment_intent") or "")
+
+
+def _undone(charge: Step, whole: Any) -> tuple[datetime | None, int | None]:
+    """When the journal's undo of the charge (its refund) settled, and the amount it refunded
+    (its evidence's; the charge's own, whole, when the evidence does not say)."""
+    by = charge.offset_by_id
+    undo = None if by is None else Step.objects.filter(pk=by).only("settled_at", "outcome").first()
+    if undo is None:
+        return None, whole if isinstance(whole, int) else None
+    refunded = undo.evidence.get("amount")
+    amount = refunded if isinstance(refunded, int) else whole
+    return undo.settled_at, amount if isinstance(amount, int) else None
+
+
+def _refunded_at_provider(charge: Step) -> tuple[datetime, int | None] | None:
+    """The charge refunded at the provider without the journal's undo (its dashboard, its
+    support), as the provider audit found it: when it was found and the amount refunded
+    (``amount_refunded``, as commerce/audits.py lists a payment). None if it was not.
+    A finding a person resolved still stands: the money was refunded either way."""
+    found = (
+        Finding.objects.filter(step_id=charge.pk, kind=FindingKind.OFFSET_UNKNOWN)
+        .order_by("-found_at", "-id")
+        .only("found_at", "provider_side")
+        .first()
+    )
+    if found is None:
         return None
-    undo = Step.objects.filter(pk=charge.offset_by_id).values_list("settled_at", flat=True)
-    return undo.first()
+    side = found.provider_side if isinstance(found.provider_side, dict) else {}
+    raw = side.get("raw") if isinstance(side.get("raw"), dict) else {}
+    amount = raw.get("amount_refunded") if isinstance(raw, dict) else None
+    return found.found_at, amount if isinstance(amount, int) and amount > 0 else None

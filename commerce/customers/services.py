@@ -9,11 +9,14 @@ import re
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from agentops.effects import EntryKind, Task, task_note, task_start
+from commerce.customers.dates import date_text
+from commerce.customers.links import LINK_KIND
 from commerce.customers.selectors import Payment, PaymentState, payment_of
 
 # Who a retry from the payment page is recorded as: the link is a bearer token, and whoever
@@ -47,14 +50,17 @@ class PaymentRefused(Exception):
 class RetryThrottled(PaymentRefused):
     """The customer tried too often in a short while; nothing was started."""
 
+    SENTENCE = (
+        "You have tried to pay several times in a short while, so nothing was started. "
+        "Please try again after"
+    )
+
     def __init__(self, *, retry_at: datetime) -> None:
         # Rounded up to the minute, so "after 14:06" is never a minute early.
         shown = (retry_at + timedelta(seconds=59)).replace(second=0, microsecond=0)
-        super().__init__(
-            "You have tried to pay several times in a short while, so nothing was started. "
-            f"Please try again after {shown:%H:%M} UTC on {shown.day} {shown:%B}."
-        )
-        self.retry_at = retry_at
+        # The page writes the time itself, in the reader's order and zone (customer_time).
+        super().__init__(f"{self.SENTENCE} {date_text(shown, order='dmy')}.")
+        self.retry_at, self.shown_at = retry_at, shown
 
     @property
     def retry_after(self) -> int:
@@ -191,3 +197,83 @@ def _customer_within_limit(invoice: str) -> None:
     if len(recent) >= limit:
         # When the oldest of these leaves the window, one more fits.
         raise RetryThrottled(retry_at=recent[-1] + window)
+
+
+# --- A fresh link, from an expired one ---------------------------------------------------------
+
+# The entry's action when someone holding an expired link asked for a fresh one.
+LINK_REQUESTED = "new_link_requested"
+# How many fresh links one invoice's expired links may ask for in LINK_WINDOW (sent or not):
+# enough for a customer who lost one, too few to make the address on file a mailbox to flood.
+LINK_LIMIT = 3
+LINK_WINDOW = timedelta(hours=1)
+# The same answer whatever happened: it tells nobody whether there is an address on file.
+LINK_ANSWER = (
+    "If we have an email address for this payment, a new link is on its way to it. It may "
+    "take a few minutes; check your spam folder too."
+)
+
+
+class LinkThrottled(Exception):
+    """Too many fresh links were asked for this invoice lately; nothing was sent."""
+
+    SENTENCE = (
+        "A new link for this payment was asked for several times in a short while, so "
+        "nothing more was sent. Please use the most recent email, or try again after"
+    )
+
+    def __init__(self, *, retry_at: datetime) -> None:
+        shown = (retry_at + timedelta(seconds=59)).replace(second=0, microsecond=0)
+        super().__init__(f"{self.SENTENCE} {date_text(shown, order='dmy')}.")
+        self.retry_at, self.shown_at = retry_at, shown
+
+    @property
+    def retry_after(self) -> int:
+        return max(1, math.ceil((self.retry_at - timezone.now()).total_seconds()))
+
+
+def link_resend(*, invoice: str, task_id: str) -> None:
+    """Someone holding an expired link to ``invoice``'s page, bound to ``task_id``, asks for
+    a fresh one: it goes only to the address on file (the task's), never to one they give,
+    by a task of its own (``customer_link``: a keyed email, the harness adding the link).
+    Each request is recorded on the task (who: the customer; counted under a lock on the
+    invoice, :class:`LinkThrottled` past ``LINK_LIMIT`` per ``LINK_WINDOW``). A task that no
+    longer exists, or names another invoice, sends nothing and records nothing — and the
+    caller answers the same either way (``LINK_ANSWER``)."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"pay:{invoice.lower()}"])
+        try:
+            task = Task.objects.filter(pk=task_id).only("refs", "kind").first()
+        except ValidationError:
+            task = None
+        refs = task.refs if task is not None and isinstance(task.refs, dict) else {}
+        email = refs.get("email")
+        if task is None or str(refs.get("invoice", "")).casefold() != invoice.casefold():
+            return
+        asked = list(
+            Task.objects.filter(refs__invoice__iexact=invoice)
+            .filter(
+                entries__kind=EntryKind.OPERATOR_ACTION,
+                entries__actor=CUSTOMER,
+                entries__data__action=LINK_REQUESTED,
+                entries__at__gt=Now() - LINK_WINDOW,
+            )
+            .order_by("-entries__at")
+            .values_list("entries__at", flat=True)[:LINK_LIMIT]
+        )
+        if len(asked) >= LINK_LIMIT:
+            raise LinkThrottled(retry_at=asked[-1] + LINK_WINDOW)
+        task_note(
+            task_id=task.pk,
+            actor=CUSTOMER,
+            action=LINK_REQUESTED,
+            data={"reason": "asked for a fresh link from an expired one", "sent": bool(email)},
+        )
+        if isinstance(email, str) and email:
+            task_start(
+                kind=LINK_KIND,
+                goal=f"The customer asked for a fresh link to the payment page of {invoice}",
+                refs={"invoice": refs["invoice"], "email": email},
+                actor=CUSTOMER,
+            )

@@ -25,9 +25,12 @@ from commerce.customers.links import Link, LinkProblem, link_of
 from commerce.customers.selectors import PaymentState, payment_of
 from commerce.customers.services import (
     CUSTOMER,
+    LINK_ANSWER,
     TEST_CARDS,
+    LinkThrottled,
     PaymentRefused,
     RetryThrottled,
+    link_resend,
     payment_retry,
 )
 
@@ -56,14 +59,36 @@ def test_mode() -> bool:
 
 
 def link_refused(request: HtmxHttpRequest, link: Link) -> HttpResponse:
-    """The page for a link that opens no payment: what happened, and how to get a new one."""
+    """The page for a link that opens no payment: what happened, and how to get a new one —
+    from an expired link, a button that has one sent to the address on file (the answer
+    the same whether there is one or not)."""
     log.warning(
         "refused: a customer link (%s%s)",
         link.problem,
         f", invoice {link.invoice}" if link.invoice else "",
     )
-    context = {"problem": str(link.problem), "invoice": link.invoice, "merchant": merchant()}
-    return render(request, "customers/link_refused.html", context, status=404)
+    context: dict[str, Any] = {
+        "problem": str(link.problem),
+        "invoice": link.invoice,
+        "merchant": merchant(),
+        "resendable": link.problem == LinkProblem.EXPIRED and bool(link.task_id),
+    }
+    status, retry_after = 404, 0
+    # Only the page's own button asks (a card sent from an old page is not a request).
+    if request.method == "POST" and request.POST.get("new_link") and context["resendable"]:
+        try:
+            link_resend(invoice=link.invoice, task_id=link.task_id)
+        except LinkThrottled as exc:
+            log.warning("throttled: fresh links for %s", link.invoice)
+            context.update(refused=LinkThrottled.SENTENCE, retry_at=exc.shown_at)
+            status, retry_after = 429, exc.retry_after
+        else:
+            context["sent"] = LINK_ANSWER
+            status = 200
+    response = render(request, "customers/link_refused.html", context, status=status)
+    if retry_after:
+        response["Retry-After"] = str(retry_after)
+    return response
 
 
 @login_not_required
@@ -92,8 +117,8 @@ def payment(request: HtmxHttpRequest, token: str) -> HttpResponse:
                 payment_retry(invoice=link.invoice, actor=CUSTOMER, payment_method=card)
             except RetryThrottled as exc:
                 log.warning("throttled: the customer's retry of %s", link.invoice)
-                refused, status = str(exc), 429
-                retry_at, retry_after = exc.retry_at, exc.retry_after
+                refused, status = RetryThrottled.SENTENCE, 429
+                retry_at, retry_after = exc.shown_at, exc.retry_after
             except PaymentRefused as exc:
                 log.warning("refused: the customer's payment of %s: %s", link.invoice, exc)
                 refused, status = str(exc), 409

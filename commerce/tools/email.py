@@ -22,8 +22,13 @@ PURPOSES = {
     "itinerary": "confirms a booked trip (once per reference)",
     "reminder": "reminder number N that a reference is overdue (once per reference and N)",
     "notice": "anything else about the reference",
+    # Written by the harness alone, as a task's closing call (commerce/kinds.py): no kind
+    # lets a model send them.
+    "cancellation": "says a booking was cancelled and nothing is owed (once per reference)",
+    "refund": "says a payment was refunded",
+    "link": "a fresh link to the reference's payment page, which its customer asked for",
 }
-ONCE_PURPOSES = frozenset({"receipt", "itinerary", "reminder"})
+ONCE_PURPOSES = frozenset({"receipt", "itinerary", "reminder", "cancellation"})
 EMAIL_PATTERN = "^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$"
 
 

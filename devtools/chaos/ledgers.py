@@ -38,7 +38,7 @@ UNDO_OF = {
 }
 # Once-only business effects (journal guards with ``once``): a second while a first stands
 # is a business duplicate.
-ONCE_PURPOSES = ("receipt", "itinerary", "reminder")
+ONCE_PURPOSES = ("receipt", "itinerary", "reminder", "cancellation")
 
 # Why a business effect happened twice (the same categories for both harnesses).
 FROM_FAULTS = "from_faults"

@@ -14,6 +14,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 from unittest.mock import patch
 
@@ -24,25 +25,31 @@ from django.contrib.auth.models import Group
 from django.core import signing
 from django.test import Client, override_settings
 
+from agentops.audit.models import AuditRun, Finding, FindingKind
 from agentops.effects import task_start
 from agentops.kinds import planner_bound, rules_for
 from agentops.planners.scripted import ScriptedPlanner
 from commerce import playbooks
+from commerce.customers.dates import date_text, reader_order
 from commerce.customers.links import SALT, link_of, payment_link, payment_token
-from commerce.customers.services import CARD_REFUSED
+from commerce.customers.services import CARD_REFUSED, LINK_ANSWER, LINK_LIMIT, LINK_REQUESTED
+from commerce.kinds import KINDS
 from journal.leases import lease_acquire, lease_release
-from journal.models import Entry, EntryKind, Task
+from journal.models import Entry, EntryKind, Step, Task
 from journal.operator import task_cancel
 from journal.outcomes import Outcome, Reply, StepState
 from journal.perform import step_perform
 from journal.protocols import Call, Finish, StepFact, TaskFacts
 from journal.record import step_record, task_finish
+from journal.selectors import task_facts_by_id
 from journal.settle import step_mark_unknown
 from tests.agentops.workers import quiet_world
 from tests.databases import flag
 from tests.journal.support import ChargeTool, Provider, invoice
 
 pytestmark = pytest.mark.usefixtures("committed")
+
+KINDS_BY_NAME = {kind.name: kind for kind in KINDS}
 
 READ_ONLY, ACTING = "Operators (read-only)", "Operators"
 # The declined renewals below were charged to pm_card_visa; the customer chooses another.
@@ -109,6 +116,74 @@ def declined(inv: str, code: str = "card_declined") -> Task:
     step_perform(lease=lease, step=step, tool=tool)
     task_finish(lease=lease, decision=Finish("declined"), summary="1 not done.")
     return task
+
+
+class Pays(ChargeTool):
+    """A charge the provider accepts at once, with Stripe's evidence."""
+
+    def guard(self, args: Any) -> str:
+        return f"charge:{args['invoice']}"
+
+    def call(self, args: Any, *, key: str) -> Any:
+        ids = {"id": f"pi_{key[-6:]}", "payment_intent": f"pi_{key[-6:]}", "charge": "ch_test1"}
+        return Reply(200, evidence=ids)
+
+
+class Refunds(ChargeTool):
+    """The provider refunds the payment whole, with Stripe's evidence."""
+
+    def call(self, args: Any, *, key: str) -> Any:
+        refund = {"id": "re_test1", "refund": "re_test1", "currency": "usd"}
+        return Reply(200, evidence={**refund, "amount": args["amount"]})
+
+
+def paid(inv: str, *, refunded: bool = False, cancelled: bool = False) -> Task:
+    """A renewal that charged the invoice (and, with ``refunded``, whose charge the journal's
+    own keyed undo refunded whole), over: finished, or ``cancelled`` by an operator."""
+    task = renewal(inv)
+    lease = lease_acquire(task_id=task.pk, owner="test")
+    assert lease is not None
+    provider = Provider()
+    tool = Pays(provider, name="charge_customer", compensation="refund_charge")
+    refund = Refunds(provider, name="refund_charge")
+    tools: dict[str, Any] = {"charge_customer": tool, "refund_charge": refund}
+    step = step_record(lease=lease, decision=charge_call(inv), tools=tools)
+    step_perform(lease=lease, step=step, tool=tool)
+    if refunded:
+        target = task_facts_by_id(task_id=task.pk).steps[0]
+        undo = step_record(
+            lease=lease,
+            decision=Call("refund_charge", tool.undo_args(target.args, target.evidence)),
+            tools=tools,
+            undo_of=target,
+        )
+        step_perform(lease=lease, step=undo, tool=refund)
+    if cancelled:
+        lease_release(lease)
+        called_off(task)
+        return task
+    task_finish(lease=lease, decision=Finish("paid"), summary="1 done.")
+    return task
+
+
+def refunded_at_the_provider(task: Task, amount: int) -> Finding:
+    """What the provider audit finds when someone refunded ``amount`` of the task's charge in
+    the provider's dashboard (as agentops/audit stores it, commerce/audits.py's raw)."""
+    charge = Step.objects.get(task=task, tool="charge_customer")
+    run = AuditRun.objects.create(
+        provider="stripe", trigger="command", since=charge.created_at, until=charge.created_at
+    )
+    return Finding.objects.create(
+        provider="stripe",
+        kind=FindingKind.OFFSET_UNKNOWN,
+        effect_id=str(charge.evidence["payment_intent"]),
+        key=charge.key,
+        task_id=task.pk,
+        step_id=charge.pk,
+        run=run,
+        summary=f"refunded {amount} usd at stripe, and the journal knows no undo of it",
+        provider_side={"offset": f"refunded {amount} usd", "raw": {"amount_refunded": amount}},
+    )
 
 
 def finish(task_id: Any) -> None:
@@ -435,6 +510,92 @@ def test_a_cancelled_renewal_says_nothing_is_owed_and_offers_no_payment(redis: A
     assert tasks_of(inv) == 1
 
 
+def test_a_charge_the_journal_refunded_says_refunded_with_the_amount(redis: Any) -> None:
+    inv = invoice()
+    task = paid(inv, refunded=True)
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert '<h1 id="payment-title">Refunded</h1>' in page
+    assert "Your payment of 49.00 USD was refunded in full" in page
+    assert "Thank you" not in page and "didn't go through" not in page
+    assert "Receipt reference: <code>ch_test1</code>" in page
+
+
+@pytest.mark.parametrize(
+    ("amount", "title", "words"),
+    [
+        (4900, "Refunded", "Your payment of 49.00 USD was refunded in full"),
+        (1900, "Refunded in part", "19.00 USD of your payment of 49.00 USD was refunded"),
+    ],
+)
+def test_a_charge_refunded_at_the_provider_says_refunded_once_the_audit_finds_it(
+    redis: Any, amount: int, title: str, words: str
+) -> None:
+    inv = invoice()
+    task = paid(inv)
+    assert "Thank you" in Client().get(payment_link(inv, task.pk)).content.decode()
+    refunded_at_the_provider(task, amount)
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert f'<h1 id="payment-title">{title}</h1>' in page
+    assert words in page
+    assert "Thank you" not in page and 'method="post"' not in page
+    # Paid once, and the journal's charge still stands: nothing to pay again here.
+    refused = Client().post(payment_link(inv, task.pk), ANOTHER_CARD)
+    assert refused.status_code == 409 and tasks_of(inv) == 1
+
+
+def test_a_cancelled_renewal_whose_charge_was_refunded_says_cancelled_and_refunded(
+    redis: Any,
+) -> None:
+    inv = invoice()
+    task = paid(inv, refunded=True, cancelled=True)
+    assert Task.objects.get(pk=task.pk).status == "cancelled"
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert "This payment was cancelled" in page and "Nothing is owed" in page
+    assert "Refunded: your payment of 49.00 USD was refunded to your card in full" in page
+
+
+MONTH = "(?:January|February|March|April|May|June|July|August|September|October|November|December)"
+MONTH_FIRST = re.compile(rf"{MONTH} \d{{1,2}}, \d{{4}}")
+DAY_FIRST = re.compile(rf"\d{{1,2}} {MONTH} \d{{4}}")
+
+
+@pytest.mark.parametrize(
+    ("accept", "order"),
+    [
+        ("", "mdy"),
+        ("en-US,en;q=0.9", "mdy"),
+        ("en", "mdy"),
+        ("en-GB,en;q=0.8", "dmy"),
+        ("fr-FR,fr;q=0.9,en;q=0.8", "dmy"),
+        ("en;q=0.5, en-GB", "dmy"),  # by weight, not by place
+        ("de;q=0, en-us", "mdy"),
+        ("*", "mdy"),
+    ],
+)
+def test_the_readers_language_chooses_one_date_order(accept: str, order: str) -> None:
+    assert reader_order(accept) == order
+
+
+def test_a_date_is_written_one_way_in_each_order() -> None:
+    at = datetime(2026, 12, 3, 14, 5, tzinfo=UTC)
+    assert date_text(at, order="mdy") == "December 3, 2026, 14:05 UTC"
+    assert date_text(at, order="dmy", with_time=False) == "3 December 2026"
+
+
+@pytest.mark.parametrize(
+    ("accept", "used", "never"),
+    [("en-US,en;q=0.9", MONTH_FIRST, DAY_FIRST), ("en-GB", DAY_FIRST, MONTH_FIRST)],
+)
+def test_every_date_on_the_customers_page_is_in_the_readers_one_format(
+    redis: Any, accept: str, used: re.Pattern[str], never: re.Pattern[str]
+) -> None:
+    inv = invoice()
+    task = paid(inv, refunded=True, cancelled=True)  # paid, refunded, cancelled: three dates
+    page = Client().get(payment_link(inv, task.pk), HTTP_ACCEPT_LANGUAGE=accept).content.decode()
+    assert len(used.findall(page)) >= 4, page  # each date, and in its title
+    assert never.findall(page) == []
+
+
 def test_times_are_marked_for_the_customers_zone_with_utc_as_the_fallback(redis: Any) -> None:
     inv = invoice()
     task = renewal(inv)
@@ -442,6 +603,86 @@ def test_times_are_marked_for_the_customers_zone_with_utc_as_the_fallback(redis:
     page = Client().get(payment_link(inv)).content.decode()
     assert '<time datetime="20' in page and 'data-local="datetime"' in page
     assert " UTC</time>" in page  # what a browser without the script shows
+
+
+def test_a_cancelled_trips_message_says_what_was_let_go_and_what_was_refunded() -> None:
+    refs = {
+        "invoice": "TRIP-1",
+        "email": "alan@example.com",
+        "flight": "TP1351",
+        "hotel": "Alfama",
+        "check_in": "2027-03-01",
+        "check_out": "2027-03-04",
+    }
+
+    def step(n: int, tool: str, **more: Any) -> StepFact:
+        return StepFact(
+            n=n, tool=tool, args={}, state=StepState.DONE, detail="", key=f"k{n}", **more
+        )
+
+    nothing = TaskFacts(task_id="t", kind="trip", goal="", refs=refs, steps=[])
+    told = KINDS_BY_NAME["trip"].closing.args(refs, nothing)  # type: ignore[union-attr]
+    assert told is not None and told["purpose"] == "cancellation"
+    assert "nothing was held for you. Nothing is owed. No money has been taken." in told["body"]
+    charge = step(3, "charge_customer", offset=True)
+    refunded = TaskFacts(
+        task_id="t",
+        kind="trip",
+        goal="",
+        refs=refs,
+        steps=[
+            step(1, "hold_flight", offset=True),
+            charge,
+            step(4, "refund_charge", offsets=3, evidence={"amount": 84000, "currency": "usd"}),
+            step(5, "release_flight", offsets=1),
+        ],
+    )
+    told = KINDS_BY_NAME["trip"].closing.args(refs, refunded)  # type: ignore[union-attr]
+    assert told is not None
+    assert "flight TP1351 and the hotel Alfama from 2027-03-01 to 2027-03-04" in told["body"]
+    assert "The payment of 840.00 USD was refunded to your card in full" in told["body"]
+
+
+# --- A fresh link, from an expired one -------------------------------------------------------
+
+NEW_LINK = {"new_link": "1"}  # the expired page's button
+
+
+def test_an_expired_link_has_a_fresh_one_sent_to_the_address_on_file_recorded_and_limited(
+    redis: Any,
+) -> None:
+    inv = invoice()
+    task = declined(inv)
+    url = payment_link(inv, task.pk)
+    with override_settings(CUSTOMER_LINK_MAX_AGE_DAYS=-1):
+        expired = Client().get(url)
+        assert expired.status_code == 404 and "Email me a new link" in expired.content.decode()
+        for _ in range(LINK_LIMIT):
+            sent = Client().post(url, NEW_LINK)
+            assert sent.status_code == 200 and LINK_ANSWER in sent.content.decode()
+            assert "Email me a new link" not in sent.content.decode()
+        throttled = Client().post(url, NEW_LINK)
+    assert throttled.status_code == 429 and int(throttled["Retry-After"]) > 3000
+    assert "nothing more was sent" in throttled.content.decode()
+    links = Task.objects.filter(kind="customer_link", refs__invoice=inv)
+    assert links.count() == LINK_LIMIT
+    assert {(t.refs["email"], started_by(t)) for t in links} == {("ada@example.com", "customer")}
+    asked = Entry.objects.filter(task=task, data__action=LINK_REQUESTED)
+    assert asked.count() == LINK_LIMIT and {e.actor for e in asked} == {"customer"}
+    # The link tasks say nothing of the payment: still not paid, and payable.
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert "Your payment didn't go through" in page and "Pay with another card" in page
+
+
+def test_a_fresh_link_for_a_payment_we_cannot_place_is_answered_alike_and_sends_nothing(
+    redis: Any,
+) -> None:
+    inv = invoice()
+    url = f"/pay/{payment_token(inv, str(uuid.uuid4()))}/"
+    with override_settings(CUSTOMER_LINK_MAX_AGE_DAYS=-1):
+        answer = Client().post(url, NEW_LINK)
+    assert answer.status_code == 200 and LINK_ANSWER in answer.content.decode()
+    assert not Task.objects.filter(refs__invoice=inv).exists()
 
 
 # --- Links that open no payment --------------------------------------------------------------

@@ -170,6 +170,46 @@ def test_a_saga_step_nobody_declared_is_refused(monkeypatch: pytest.MonkeyPatch)
     assert found["agentops.E113"] == "kind books: saga step ghost is unknown"
 
 
+@pytest.mark.parametrize(
+    ("closing", "binds", "sentence"),
+    [
+        ("ghost", {"fine": ()}, "its closing call's tool ghost is not one of its declared"),
+        ("fine", {}, "its closing call's tool fine is not one of its declared tools"),
+        ("fine", {"fine": ()}, "its closing call's tool fine is not irreversible"),
+    ],
+)
+def test_a_closing_call_that_is_not_a_declared_irreversible_tool_is_refused(
+    monkeypatch: pytest.MonkeyPatch, closing: str, binds: dict[str, Any], sentence: str
+) -> None:
+    odd = Registry()
+    odd.kinds["closes"] = effects.Kind(
+        name="closes",
+        description="",
+        refs_schema=effects.refs_object({}, []),
+        binds=binds,
+        closing=effects.Closing(closing, lambda refs, facts: None),
+    )
+    monkeypatch.setattr("agentops.effects._checks.registry", odd)
+    with override_settings(PLANNER="anthropic"):
+        found = {str(p.id): p.msg for p in kind_problems({"fine": Fine()})}
+    assert sentence in found["agentops.E119"]
+
+
+def test_an_irreversible_closing_call_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    odd = Registry()
+    odd.kinds["closes"] = effects.Kind(
+        name="closes",
+        description="",
+        refs_schema=effects.refs_object({}, []),
+        binds={"told": ()},
+        closing=effects.Closing("told", lambda refs, facts: None),
+    )
+    monkeypatch.setattr("agentops.effects._checks.registry", odd)
+    told = type("Told", (Fine,), {"name": "told", "irreversible": True})()
+    with override_settings(PLANNER="anthropic"):
+        assert kind_problems({"told": told}) == []
+
+
 def test_tools_that_cannot_be_made_are_refused_with_why(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken() -> effects.Tool:
         raise RuntimeError("PAYMENTS_BASE is not a URL")

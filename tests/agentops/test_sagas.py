@@ -13,15 +13,19 @@ from typing import Any
 
 import pytest
 import requests
+from django.test import override_settings
 
 from agentops.effects import task_start
 from agentops.kinds import TaskRefused
 from agentops.operators.services import task_approve, task_compensate, task_reject, task_resume
+from agentops.runner import task_run
+from commerce.customers.selectors import payment_of
 from journal.keys import undo_key
 from journal.models import Approval, Entry, EntryKind, Step, Task
 from tests.agentops.planners.fakes import openai_text, openai_tool_call, serve
 from tests.agentops.test_runner import finished
-from tests.agentops.workers import Fleet
+from tests.agentops.workers import Fleet, quiet_world
+from tests.databases import flag
 from tests.sandbox.fixtures import SandboxHandle, wait_for
 
 pytestmark = pytest.mark.usefixtures("committed")
@@ -131,7 +135,7 @@ def test_a_trip_completes_as_a_saga_each_step_declaring_its_undo(
     }
 
 
-def test_a_refused_hotel_releases_the_flight_hold_charges_nothing_and_sends_nothing(
+def test_a_refused_hotel_releases_the_flight_hold_charges_nothing_and_tells_the_traveller(
     fleet: Fleet, world: dict[str, SandboxHandle]
 ) -> None:
     refs = trip_refs()
@@ -143,16 +147,23 @@ def test_a_refused_hotel_releases_the_flight_hold_charges_nothing_and_sends_noth
         ("hold_flight", "done"),
         ("book_hotel", "not_done"),
         ("release_flight", "done"),
+        ("send_email", "done"),  # the harness's closing call: the trip was cancelled
     ]
-    hold, hotel, release = Step.objects.filter(task=task, kind="call").order_by("n")
+    hold, hotel, release, told = Step.objects.filter(task=task, kind="call").order_by("n")
     assert "no_availability" in hotel.detail
     assert release.offsets_id == hold.pk and release.key == undo_key(hold.key)
     assert release.args == {"hold": hold.evidence["id"]}  # mapped by the harness
     assert Entry.objects.filter(task=task, kind=EntryKind.SAGA_UNWINDING).count() == 1
     summary = Step.objects.get(task=task, kind="finish").detail
-    assert summary.startswith("Compensated. 1 undone, 1 not done. Undone: hold_flight for ")
+    assert summary.startswith("Compensated. ")
     assert ", undone by release_flight (id fh_" in summary
-    assert balanced(task, world) == {"flight_holds.create": 1, "flight_holds.release": 1}
+    assert told.args["purpose"] == "cancellation" and told.decision == {"harness": "closing"}
+    assert "No money has been taken." in told.args["body"]
+    assert balanced(task, world) == {
+        "flight_holds.create": 1,
+        "flight_holds.release": 1,
+        "messages.send": 1,
+    }
 
 
 def test_a_held_charge_approved_by_a_person_completes(
@@ -198,12 +209,13 @@ def test_a_held_charge_rejected_by_a_person_releases_everything_it_held(
     task_reject(task_id=task.pk, approval_id=held.pk, actor="ops@example.com", reason="too dear")
     task = ended(task)
     assert task.status == "compensated"
-    # Undone newest first: the hotel, then the flight.
+    # Undone newest first: the hotel, then the flight; then the traveller is told, once.
     assert steps(task) == [
         ("hold_flight", "done"),
         ("book_hotel", "done"),
         ("cancel_hotel", "done"),
         ("release_flight", "done"),
+        ("send_email", "done"),
     ]
     assert Approval.objects.get(pk=held.pk).state == "rejected"
     assert balanced(task, world) == {
@@ -211,7 +223,59 @@ def test_a_held_charge_rejected_by_a_person_releases_everything_it_held(
         "hotel_bookings.create": 1,
         "hotel_bookings.cancel": 1,
         "flight_holds.release": 1,
+        "messages.send": 1,
     }
+    [told] = cancellations(world, task.refs["invoice"])
+    assert told["to"] == "alan@example.com"
+    assert told["subject"] == f"Your trip {task.refs['invoice']} was cancelled"
+    assert "Nothing is owed. No money has been taken." in told["body"]
+    assert "/pay/" in told["body"]  # the customer's page, bound to the trip (Append)
+
+    # Processed again — a second run of the same task, the task run by hand: nothing more.
+    task_run(task_id=task.pk)
+    fleet.worker()
+    task_run(task_id=task.pk)
+    assert Task.objects.get(pk=task.pk).status == "compensated"
+    assert len(cancellations(world, task.refs["invoice"])) == 1
+    assert Step.objects.filter(task=task, tool="send_email").count() == 1
+
+
+def cancellations(world: dict[str, SandboxHandle], invoice: str) -> list[dict[str, Any]]:
+    """The messages the mail provider accepted saying the trip was cancelled."""
+    return [
+        e["params"]
+        for e in world["mail"].client.ledger(operation="messages.send")
+        if (e["params"].get("headers") or {}).get("X-Agentops-Reference") == invoice
+        and e["params"]["headers"].get("X-Agentops-Purpose") == "cancellation"
+    ]
+
+
+def test_a_rejected_trips_message_whose_reply_is_lost_is_looked_up_and_sent_once(
+    fleet: Fleet, world: dict[str, SandboxHandle]
+) -> None:
+    """The mail provider takes the cancellation and its reply is lost: the step is unknown,
+    looked up by its key, found, settled done; a second run sends nothing more."""
+    fleet.worker()
+    plan: list[dict[str, Any]] = [
+        {"tool": "hold_flight"},
+        {"tool": "book_hotel"},
+        {"tool": "charge_customer", "hold": True},
+        {"tool": "send_email"},
+    ]
+    task = ended(task_start(kind="trip", goal="held by plan", refs=trip_refs(), plan=plan))
+    held = Approval.objects.get(task=task)
+    world["mail"].client.fault("messages.send", "drop_after_effect")
+    task_reject(task_id=task.pk, approval_id=held.pk, actor="ops@example.com", reason="no")
+    wait_for(
+        lambda: Task.objects.get(pk=task.pk).status == "compensated",
+        timeout=60,
+        interval=0.1,
+        what="the trip to be compensated",
+    )
+    told = Step.objects.get(task=task, tool="send_email")
+    assert told.state == "done" and told.lookups >= 1
+    task_run(task_id=task.pk)
+    assert len(cancellations(world, task.refs["invoice"])) == 1
 
 
 def test_a_compensation_that_times_out_is_unknown_then_reconciled_done(
@@ -437,3 +501,52 @@ def test_a_call_the_rules_refuse_is_refused_not_held_for_a_person(
     [held] = Approval.objects.filter(task=task)
     assert held.args["invoice"] == refs["invoice"] and held.state == "pending"
     assert charges_for(world, "INV-ATTACKER") == [] and charges_for(world, refs["invoice"]) == []
+
+
+def test_a_renewal_a_person_compensates_is_refunded_and_its_customer_told_once(
+    on_sandbox: dict[str, Any], world: dict[str, SandboxHandle]
+) -> None:
+    """Charged, its receipt's reply lost, and handed to a person, who has it compensate: the
+    charge is refunded through its keyed undo, then the customer is told of the refund —
+    one message, however often the task is run again."""
+    redis = quiet_world()
+    inv = f"INV-{uuid.uuid4().hex[:8]}"
+    refs = {"invoice": inv, "amount": 4900, "email": "ada@example.com"}
+    with override_settings(**on_sandbox, TOOL_TIMEOUT_SECONDS=1.0, PLANNER="scripted"):
+        world["mail"].client.fault("messages.send", "drop_after_effect")
+        task = task_start(kind="renewal", goal="renew", refs=refs)
+        task_run(task_id=task.pk)
+        assert Task.objects.get(pk=task.pk).status == "waiting"  # the receipt is unknown
+        flag(task.pk, "parked", "the customer asked for their money back")
+        task_compensate(task_id=task.pk, actor="ops", reason="refund the customer")
+        wait_for(
+            lambda: (
+                task_run(task_id=task.pk) is not None
+                and Task.objects.get(pk=task.pk).status == "compensated"
+            ),
+            timeout=30,
+            interval=0.2,
+            what="the renewal to be compensated",
+        )
+        for _ in range(2):  # processed again: nothing more
+            task_run(task_id=task.pk)
+    redis.flushdb()
+    task = Task.objects.get(pk=task.pk)
+    assert steps(task) == [
+        ("charge_customer", "done"),
+        ("send_email", "done"),
+        ("refund_charge", "done"),
+        ("send_email", "done"),
+    ]
+    sent = [
+        e["params"]
+        for e in world["mail"].client.ledger(operation="messages.send")
+        if (e["params"].get("headers") or {}).get("X-Agentops-Reference") == inv
+    ]
+    purposes = [e["headers"]["X-Agentops-Purpose"] for e in sent]
+    assert purposes == ["receipt", "refund"]
+    assert "We refunded your payment of 49.00 USD for " in sent[1]["body"]
+    assert "/pay/" in sent[1]["body"]
+    assert balanced(task, world)["refunds.create"] == 1
+    told = payment_of(invoice=inv)
+    assert told is not None and told.refunded and told.refunded_amount == 4900

@@ -11,18 +11,22 @@ from typing import Any
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
+from agentops.audit.services import audit_run
 from agentops.effects import task_start
 from commerce.customers.links import payment_link, payment_token
 from journal.leases import lease_acquire
-from journal.models import Task
+from journal.models import Step, Task
 from journal.outcomes import Reply
 from journal.perform import step_perform
 from journal.protocols import Finish
 from journal.record import step_record, task_finish
+from tests.agentops.sandboxed import sandbox_settings
 from tests.agentops.test_customers import called_off, charge_call, declined, renewal
+from tests.agentops.test_customers import paid as paid_and_refunded
 from tests.agentops.workers import Fleet, quiet_world
-from tests.browser.conftest import accessibility_problems, screenshot
+from tests.browser.conftest import PHONE, accessibility_problems, screenshot
 from tests.journal.support import ChargeTool, Provider, invoice
 from tests.sandbox.fixtures import SandboxHandle, wait_for
 
@@ -195,6 +199,88 @@ def test_a_customer_sees_their_payment_go_from_unknown_to_done_without_reloading
     assert customer.evaluate("window.loadedOnce") is True
     assert "Receipt reference: ch_" in customer.inner_text("#payment")
     assert charges(payments_sandbox, inv) == ["succeeded"]
+    # Swapped to paid in place: its times in the reader's zone, and its receipt can be
+    # printed, the receipt alone.
+    customer.wait_for_selector("#payment .receipt time[data-localized]")
+    assert customer.locator("button.print").is_visible()
+    customer.emulate_media(media="print")
+    assert customer.locator(".receipt").is_visible()
+    assert customer.locator(".print-only").is_visible()
+    assert not customer.locator("button.print").is_visible()
+    assert not customer.locator("footer.contact").is_visible()
+    customer.emulate_media(media="screen")
+
+
+# --- Refunded -------------------------------------------------------------------------------
+
+
+def test_a_renewal_refunded_at_the_provider_tells_its_customer_refunded_with_the_amount(
+    fleet: Fleet,
+    app_server: str,
+    payments_sandbox: SandboxHandle,
+    mail_sandbox: SandboxHandle,
+    bookings_sandbox: SandboxHandle,
+    customer: Any,
+) -> None:
+    """Paid, then refunded in the provider's dashboard (no key, no step): once the provider
+    audit finds it, the page the receipt links to says Refunded, with the amount, never
+    "Paid… Thank you" again; axe finds nothing serious in light and dark, on a desktop's
+    and a phone's width."""
+    since = timezone.now()
+    fleet.worker(CUSTOMER_BASE_URL=app_server)
+    inv = invoice()
+    task = renewal(inv)
+    wait_for(lambda: status(task) == "finished", timeout=20, what="the renewal")
+    url = link_in(email_to(mail_sandbox, inv, "receipt")["body"], app_server)
+    customer.goto(url)
+    assert customer.inner_text("h1") == "Paid"
+    charge = Step.objects.get(task=task, tool="charge_customer", kind="call")
+    payments_sandbox.client.refund_from_dashboard(charge.evidence["payment_intent"])
+    with override_settings(**sandbox_settings(payments_sandbox, mail_sandbox, bookings_sandbox)):
+        report = audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command")
+    assert not report.error, report.error
+    customer.goto(url)
+    assert customer.inner_text("h1") == "Refunded"
+    told = customer.inner_text("#payment")
+    assert "Your payment of 49.00 USD was refunded in full" in told
+    assert "Thank you" not in told and customer.locator("button.pay").count() == 0
+    found: dict[str, list[str]] = {}
+    desktop = customer.viewport_size
+    for width, size in (("desktop", desktop), ("phone", PHONE)):
+        customer.set_viewport_size(size)
+        for scheme in ("light", "dark"):
+            customer.emulate_media(color_scheme=scheme)
+            customer.reload()
+            found[f"{width} ({scheme})"] = accessibility_problems(customer)
+    customer.set_viewport_size(desktop)
+    customer.emulate_media(color_scheme="light")
+    customer.reload()
+    assert {k: v for k, v in found.items() if v} == {}
+    screenshot(customer, "customer-refunded", phone=True)
+
+
+@pytest.mark.parametrize(
+    ("locale", "written"),
+    [("en-US", r"^[A-Z][a-z]+ \d{1,2}, \d{4}"), ("en-GB", r"^\d{1,2} [A-Z][a-z]+ \d{4}")],
+)
+def test_the_customers_dates_are_written_one_way_in_their_locale_and_zone(
+    app_server: str, browser: Any, locale: str, written: str
+) -> None:
+    """The server's words (UTC) and the script's (the reader's zone) in one order, the one
+    of the browser's language: never "December 3, 2026" beside "3 December 2026"."""
+    quiet_world()
+    inv = invoice()
+    task = paid_and_refunded(inv, refunded=True, cancelled=True)
+    context = browser.new_context(locale=locale, timezone_id="America/New_York")
+    try:
+        page = context.new_page()
+        page.goto(f"{app_server}{payment_link(inv, task.pk)}")
+        page.wait_for_selector("#payment time[data-localized]")
+        texts = page.locator("#payment time").all_inner_texts()
+        assert len(texts) == 2 and all(re.match(written, t) for t in texts), texts
+        assert texts[1].endswith(" EST"), texts  # the reader's zone, not UTC
+    finally:
+        context.close()
 
 
 # --- Links that open no payment --------------------------------------------------------------
@@ -220,6 +306,38 @@ def test_an_expired_link_gets_a_styled_page_that_says_how_to_get_a_new_one(
         broken = customer.goto(url[: -len("abc/")] + "/")
         assert broken is not None and broken.status == 404
         assert customer.inner_text("h1") == "This payment link does not work"
+
+
+def test_an_expired_link_has_a_fresh_one_emailed_that_opens_the_page(
+    fleet: Fleet, app_server: str, mail_sandbox: SandboxHandle, browser: Any
+) -> None:
+    """From the expired page, "Email me a new link": the address on file gets one message
+    with a link bound to a new task, and that link opens the payment's page."""
+    fleet.worker(CUSTOMER_BASE_URL=app_server)
+    inv = invoice()
+    task = declined(inv)
+    url = f"{app_server}{payment_link(inv, task.pk)}"
+    with override_settings(CUSTOMER_LINK_MAX_AGE_DAYS=-1), refused_links_page(browser) as page:
+        page.goto(url)
+        page.click("button[name=new_link]")
+        page.wait_for_selector("#link-refused [role=status]")
+        assert "a new link is on its way" in page.inner_text("#link-refused")
+        assert page.locator("button[name=new_link]").count() == 0
+    wait_for(
+        lambda: any(
+            (e["params"].get("headers") or {}).get("X-Agentops-Reference") == inv
+            for e in mail_sandbox.client.ledger(operation="messages.send")
+        ),
+        timeout=20,
+        what="the fresh link's email",
+    )
+    sent = email_to(mail_sandbox, inv, "link")
+    assert sent["to"] == "ada@example.com"
+    fresh = link_in(sent["body"], app_server)
+    assert fresh != url
+    with override_settings(**TEST_MODE), refused_links_page(browser) as page:
+        page.goto(fresh)
+        assert page.inner_text("h1") == "Your payment didn't go through"
 
 
 # --- axe-core on every state, light and dark -------------------------------------------------
@@ -278,6 +396,7 @@ def test_every_customer_state_has_no_serious_or_critical_axe_violation_in_light_
         "not-paid": declined(invoice(), code="insufficient_funds"),
         "checking": renewal(invoice()),
         "cancelled": cancelled_trip(invoice()),
+        "refunded": paid_and_refunded(invoice(), refunded=True),
     }
     states = {
         name: f"{app_server}{payment_link(task.refs['invoice'], task.pk)}"
@@ -288,6 +407,7 @@ def test_every_customer_state_has_no_serious_or_critical_axe_violation_in_light_
         "not-paid": "Your payment didn't go through",
         "checking": "We're checking your payment",
         "cancelled": "Your trip was cancelled",
+        "refunded": "Refunded",
         "link-expired": "This payment link has expired",
     }
     inv = invoice()
@@ -306,4 +426,4 @@ def test_every_customer_state_has_no_serious_or_critical_axe_violation_in_light_
                     if (name, scheme) in SHOWN:
                         screenshot(customer, SHOWN[name, scheme], phone=scheme == "light")
     assert {k: v for k, v in found.items() if v} == {}
-    assert len(found) == 10
+    assert len(found) == 12

@@ -19,7 +19,7 @@ from journal.models import Approval, Step, Task
 from journal.operator import approval_approve, approval_reject, task_cancel
 from journal.outcomes import StepState
 from journal.policy import Policy
-from journal.protocols import Bound, Refused, StepFact, TaskFacts
+from journal.protocols import Bound, Call, Refused, StepFact, TaskFacts
 from journal.record import step_record, task_create
 from journal.run import task_advance
 from journal.sagas import ApprovalNotUsable, Undo, UndoFailed, UndoLater, next_undo
@@ -35,6 +35,7 @@ class SagaRules:
 
     held: tuple[str, ...] = ()
     saga: bool = True
+    closes: Call | None = None
 
     def check(self, *, tool: str, args: Mapping[str, Any], facts: TaskFacts) -> Refused | Bound:
         return Bound()
@@ -44,6 +45,9 @@ class SagaRules:
 
     def verify_before(self, *, tool: str) -> bool:
         return False
+
+    def closing(self, *, facts: TaskFacts) -> Call | None:
+        return self.closes
 
 
 def world() -> tuple[Provider, dict[str, Any]]:
@@ -87,6 +91,35 @@ def test_a_saga_step_that_cannot_happen_undoes_the_done_ones_newest_first() -> N
     keys = [e.key for e in provider.ledger]
     assert keys == [made[1].key, made[2].key, made[4].key, made[5].key]
     assert Task.objects.get(pk=task.pk).unwinding is True
+
+
+def test_a_compensated_saga_makes_its_closing_call_once_retrying_it_only_if_never_sent() -> None:
+    provider, tools = world()
+    tools["tell"] = ChargeTool(provider, name="tell", irreversible=True)
+    tools["charge"].script = ["ok", "refuse"]
+    tools["tell"].script = ["not_sent", "ok"]  # the mail provider is down, then back
+    told = Call("tell", {"invoice": invoice(), "amount": 1}, raw={"harness": "closing"})
+    rules = SagaRules(closes=told)
+    task = saga_task()
+    planner = ScriptedPlanner([charge(invoice()), charge(invoice())])
+    policy = Policy(transient_retry_delays=(0.0,))
+    result = task_advance(task_id=task.pk, planner=planner, tools=tools, rules=rules, policy=policy)
+    assert result.stopped == "compensated"
+    made = list(Step.objects.filter(task=task, kind="call").order_by("n"))
+    assert [(s.tool, s.state) for s in made] == [
+        ("charge", "done"),
+        ("charge", "not_done"),
+        ("refund", "done"),
+        ("tell", "not_done"),  # never sent: tried again, with a new key
+        ("tell", "done"),
+    ]
+    assert made[3].decision == {"harness": "closing"}
+    assert made[4].decision == {"harness": "closing", "of": 4} and made[4].retries == 1
+    assert made[4].key != made[3].key and made[4].args == told.args
+    assert len(tools["tell"].calls) == 2 and provider.ledger[-1].key == made[4].key
+    # Run again: it was made; nothing more.
+    again = task_advance(task_id=task.pk, planner=planner, tools=tools, rules=rules, policy=policy)
+    assert again.stopped == "compensated" and len(tools["tell"].calls) == 2
 
 
 def test_a_held_step_is_recorded_exactly_as_approved_and_the_approval_is_used_once() -> None:
