@@ -158,6 +158,13 @@ APP_COLUMNS: dict[str, Columns] = {
             "found_at",
         ),
     ),
+    # Who holds a task now (agentops/operators/claims.py): one row per task, kept; a claim,
+    # a release or a take-over changes its holder and since when.
+    "agentops_taskclaim": Columns(updatable=("holder", "claimed_at"), frozen=("id", "task_id")),
+    # Claims, releases, take-overs and notes, with who and when: inserted once, never changed.
+    "agentops_taskcoordination": Columns(
+        updatable=(), frozen=("id", "task_id", "kind", "actor", "at", "text", "was")
+    ),
     # What was last seen of a provider: when its next audit is due, which run answered.
     "agentops_audit_providerwatch": Columns(
         updatable=("next_audit_at", "audited_at", "address", "boot", "checked_at"),

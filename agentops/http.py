@@ -26,13 +26,19 @@ def query_params(source: Mapping[str, str], keys: Iterable[str]) -> dict[str, st
         value = source.get(key) or ""
         if not value:
             continue
-        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        if has_control(value):
             raise BadQuery(
                 f"the parameter {key} holds a control character (such as NUL), which nothing "
                 "here is named with: remove it and ask again"
             )
         found[key] = value
     return found
+
+
+def has_control(value: str, *, allowed: str = "") -> bool:
+    """Whether ``value`` holds a control character (C0 or DEL) other than those ``allowed``
+    (a note's line breaks)."""
+    return any((ord(c) < 32 or ord(c) == 127) and c not in allowed for c in value)
 
 
 def bad_query(exc: BadQuery) -> HttpResponse:

@@ -236,3 +236,81 @@ class IntentClientKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.client_id}:{self.key}"
+
+
+# --- Operators coordinating on a task (issue 38) -------------------------------------------------
+
+NOTE_MAX = 2000
+"""The longest note an operator may leave on a task, in characters."""
+
+
+class TaskClaim(models.Model):
+    """Who holds a task now: the operator working on it, so that a colleague knows before
+    acting (agentops/operators/claims.py). One row per task, made at its first claim and kept
+    (the app may not DELETE): released, its ``holder`` is empty.
+
+    A claim is a coordination aid, not a lock: every action stays open to every operator with
+    its permission; one acting on a task someone else holds is warned first.
+    """
+
+    # No foreign key in the database: the journal's tables are partitioned (see IntentKey).
+    task = models.OneToOneField(
+        "journal.Task", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    holder = models.CharField(max_length=150, blank=True, help_text="Empty: nobody holds it.")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        permissions = [("claim_task", "Can claim, release and take over a task")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(holder="", claimed_at__isnull=True)
+                | (~Q(holder="") & Q(claimed_at__isnull=False)),
+                name="agentops_taskclaim_held_since",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} held by {self.holder or 'nobody'}"
+
+
+class CoordinationKind(models.TextChoices):
+    CLAIMED = "claimed", "claimed the task"
+    RELEASED = "released", "released the task"
+    TAKEN_OVER = "taken_over", "took the task over"
+    NOTED = "noted", "left a note"
+
+
+class TaskCoordination(models.Model):
+    """What an operator did to coordinate on a task — claimed it, released it, took it over
+    from a colleague, left a note — with who and when. Append-only: inserted once, never
+    changed; the task's history tells it beside the journal's entries."""
+
+    task = models.ForeignKey(
+        "journal.Task", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False
+    )
+    kind = models.CharField(max_length=12, choices=CoordinationKind)
+    actor = models.CharField(max_length=150)
+    at = models.DateTimeField(db_default=Now())
+    text = models.CharField(max_length=NOTE_MAX, blank=True, help_text="A note's text.")
+    was = models.CharField(
+        max_length=150, blank=True, help_text="Who held the task before a take-over."
+    )
+
+    class Meta:
+        ordering = ["at", "id"]
+        permissions = [("note_task", "Can leave notes on a task")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=CoordinationKind.values),
+                name="agentops_taskcoordination_kind_valid",
+            ),
+            models.CheckConstraint(condition=~Q(actor=""), name="agentops_taskcoordination_actor"),
+            models.CheckConstraint(
+                condition=~Q(kind=CoordinationKind.NOTED) | ~Q(text=""),
+                name="agentops_taskcoordination_note_has_text",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: {self.actor} {self.kind}"

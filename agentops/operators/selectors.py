@@ -47,9 +47,11 @@ from django.utils.safestring import SafeString
 from agentops.audit.models import Finding, FindingKind
 from agentops.audit.selectors import findings_of
 from agentops.kinds import kinds, references_of, tool_registry
+from agentops.models import CoordinationKind, TaskClaim, TaskCoordination
 from agentops.notifications.models import Delivery
 from agentops.notifications.selectors import deliveries_of
 from agentops.operators import readable
+from agentops.operators.claims import Hold, coordination_of, hold_of
 from agentops.operators.deadlines import Deadlines, deadlines_of
 from agentops.operators.history import Decision, History, task_history
 from agentops.operators.story import Happening, task_story
@@ -249,8 +251,12 @@ def _rows(query: ListQuery) -> QuerySet[Task]:
         .order_by("-id")
         .values("at")[:1]
     )
+    held = TaskClaim.objects.filter(task_id=OuterRef("pk")).exclude(holder="")
     rows: QuerySet[Task] = Task.objects.annotate(
         has_unknown=_unknown_steps(),
+        # Who holds it (agentops/operators/claims.py), in the same query as the row.
+        holder=Subquery(held.values("holder")[:1]),
+        held_since=Subquery(held.values("claimed_at")[:1]),
         running_now=Q(lease_expires_at__gt=Now()),
         stuck_since=Subquery(since),
         ended_at=Case(When(ended_as="", then=Value(None)), default=Subquery(ended)),
@@ -314,7 +320,15 @@ def task_list(*, query: ListQuery | None = None, page: int | str = 1) -> TaskLis
     _attach_deadlines(listed)
     in_flight = any(t.status in ADVANCING for t in listed) or counts["running"] > 0
     seen = [
-        (str(t.pk), t.status, t.attention_code, t.step_count, t.has_unknown, t.running_now)  # type: ignore[attr-defined]
+        (
+            str(t.pk),
+            t.status,
+            t.attention_code,
+            t.step_count,
+            t.has_unknown,  # type: ignore[attr-defined]
+            t.running_now,  # type: ignore[attr-defined]
+            t.holder,  # type: ignore[attr-defined]
+        )
         for t in listed
     ] + [(str(t.pk), t.status) for t in attention]
     return TaskList(
@@ -438,7 +452,16 @@ class TaskPage:
     deadlines: Deadlines = field(default_factory=Deadlines)
     story: list[Happening] = field(default_factory=list)
     """Everything that happened to the task, oldest first, in plain words."""
+    hold: Hold | None = None
+    """Who holds the task now, and since when (agentops/operators/claims.py)."""
+    coordination: list[TaskCoordination] = field(default_factory=list)
+    """Its claims, releases, take-overs and notes, oldest first."""
     """A held step's: its approval's expiry and when the effects it builds on lapse."""
+
+    @property
+    def notes(self) -> list[TaskCoordination]:
+        """The notes left on the task, newest last."""
+        return [c for c in self.coordination if c.kind == CoordinationKind.NOTED]
 
     @property
     def steps(self) -> list[Step]:
@@ -474,7 +497,8 @@ def _badge(step: Step) -> str:
 
 def task_page(*, task_id: uuid.UUID) -> TaskPage:
     """Everything a task's page shows, in a fixed number of queries (the task, its steps, its
-    entries, its approvals, its notifications and its findings)."""
+    entries, its approvals, its notifications, its findings, who holds it and what operators
+    did to coordinate on it)."""
     task = Task.objects.annotate(running_now=Q(lease_expires_at__gt=Now()), db_now=Now()).get(
         pk=task_id
     )
@@ -534,6 +558,8 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         )
     held = next((a for a in approvals if a.state == ApprovalState.PENDING), None)
     deliveries = deliveries_of(task_id=task_id)
+    hold = hold_of(task_id=task_id)
+    coordination = coordination_of(task_id=task_id)
     # A task with a person keeps polling too: a webhook or a colleague may settle its steps,
     # and its banner must say so. A notification still being tried keeps the page polling
     # after the task is over.
@@ -553,6 +579,8 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         [(a.pk, a.state) for a in approvals],
         [(d.pk, d.state, d.attempts, d.settled_at) for d in deliveries],
         [(f.pk, f.resolved_at) for f in findings],
+        (hold.holder, hold.since) if hold else None,
+        [c.pk for c in coordination],
     )
     return TaskPage(
         task=task,
@@ -575,7 +603,10 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
             corrected=set(corrects),
             deliveries=deliveries,
             findings=findings,
+            coordination=coordination,
         ),
+        hold=hold,
+        coordination=coordination,
     )
 
 

@@ -1,5 +1,6 @@
 """A task's whole history in one list, oldest first: what its steps did, what people and
-clients decided, what it notified and what the provider audit found of it — each in plain
+clients decided, who held it and what notes they left, what it notified and what the
+provider audit found of it — each in plain
 words, with who and which step. Pure: the task page's rows in, happenings out."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from agentops.audit.models import Finding
+from agentops.models import CoordinationKind, TaskCoordination
 from agentops.notifications.models import Delivery
 from agentops.operators.audit_pages import summary
 from agentops.operators.history import DONE_WORDS
@@ -25,7 +27,8 @@ class Happening:
     what: str
     """In plain words."""
     sort: str
-    """``step``, ``decision``, ``task``, ``notification`` or ``finding``."""
+    """``step``, ``decision``, ``task``, ``notification``, ``finding``, ``claim`` (claimed,
+    released, taken over) or ``note``."""
     who: str = ""
     n: int | None = None
 
@@ -81,6 +84,7 @@ def task_story(
     corrected: set[int],
     deliveries: Sequence[Delivery] = (),
     findings: Sequence[Finding] = (),
+    coordination: Sequence[TaskCoordination] = (),
 ) -> list[Happening]:
     """Every happening of the task, oldest first (the newest ``STORY_MAX``)."""
     told: list[Happening] = []
@@ -122,5 +126,13 @@ def task_story(
                     n,
                 )
             )
+    for c in coordination:
+        if c.kind == CoordinationKind.NOTED:
+            told.append(Happening(c.at, f"Note: “{c.text}”", "note", c.actor))
+        elif c.kind == CoordinationKind.TAKEN_OVER:
+            told.append(Happening(c.at, f"Took the task over from {c.was}", "claim", c.actor))
+        else:
+            said = CoordinationKind(c.kind).label
+            told.append(Happening(c.at, said[:1].upper() + said[1:], "claim", c.actor))
     told.sort(key=lambda h: h.at)
     return told[-STORY_MAX:]

@@ -14,14 +14,16 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling, reswap, retarget
 
 from agentops.effects import registry, task_start
-from agentops.http import HtmxHttpRequest
+from agentops.http import HtmxHttpRequest, has_control
 from agentops.kinds import TaskRefused, kind_get, kinds
-from agentops.operators import actions, selectors
+from agentops.models import NOTE_MAX
+from agentops.operators import actions, claims, selectors
 from agentops.operators.forms import ListForm, ReasonForm, StartTaskForm, as_json, problems_by_field
 from agentops.operators.queue import queue_now
 from agentops.operators.services import steps_reconcile_now
@@ -32,6 +34,8 @@ from journal.status import TransitionRefused
 # Looking at tasks (customers' addresses, arguments, payment links) needs its own permission,
 # as every action does: a login alone is not enough.
 VIEW = "journal.view_task"
+CLAIM = "agentops.claim_task"
+NOTE = "agentops.note_task"
 LIST_KEYS = ("state", "q", "kind", "attention", "since", "until", "sort", "page")
 
 
@@ -199,6 +203,9 @@ def _task_context(request: HtmxHttpRequest, page: selectors.TaskPage) -> dict[st
         ],
         "links": [(label, request.build_absolute_uri(url)) for label, url in links if url],
         "back": _safe_next(request) or reverse("operators:tasks"),
+        # Who holds it, when the one looking is someone else: warned before acting.
+        "held_by_other": page.hold if page.hold and page.hold.holder != _actor(request) else None,
+        "held_ago": page.hold.ago(timezone.now()) if page.hold else "",
     }
 
 
@@ -292,6 +299,58 @@ def _safe_next(request: HtmxHttpRequest) -> str:
     ):
         return target
     return ""
+
+
+# --- Who holds a task, and its notes (agentops/operators/claims.py) ----------------------------
+
+
+@require_POST
+@permission_required([VIEW, CLAIM], raise_exception=True)
+def task_hold(request: HtmxHttpRequest, task_id: uuid.UUID) -> HttpResponse:
+    """Claim, release or take over the task (``do``); a take-over names the holder seen
+    (``holder``). Refused with a sentence, on the task's page."""
+    page = _task_page(task_id)
+    do = request.POST.get("do", "")
+    actor = _actor(request)
+    try:
+        if do == "claim":
+            claims.task_claim(task_id=page.task.pk, actor=actor)
+            done = "You hold this task now. Your colleagues see it, and are warned before acting."
+        elif do == "release":
+            claims.task_release(task_id=page.task.pk, actor=actor)
+            done = "You released this task: nobody holds it now."
+        elif do == "take_over":
+            holder = request.POST.get("holder", "")
+            claims.task_take_over(task_id=page.task.pk, actor=actor, holder=holder)
+            done = f"You took this task over from {holder}: you hold it now."
+        else:
+            return HttpResponse(
+                "do is one of claim, release, take_over\n",
+                status=400,
+                content_type="text/plain; charset=utf-8",
+            )
+    except claims.CoordinationRefused as refused:
+        messages.error(request, f"Not done: {refused}.")
+    else:
+        messages.success(request, done)
+    return HttpResponseRedirect(reverse("operators:task", args=[page.task.pk]))
+
+
+@require_POST
+@permission_required([VIEW, NOTE], raise_exception=True)
+def task_note_view(request: HtmxHttpRequest, task_id: uuid.UUID) -> HttpResponse:
+    """Leave a note on the task; a note refused is shown again with the sentence why."""
+    page = _task_page(task_id)
+    text = request.POST.get("text", "")
+    try:
+        claims.task_note(task_id=page.task.pk, actor=_actor(request), text=text)
+    except claims.CoordinationRefused as refused:
+        # Shown again to be mended, without the control characters it was refused for.
+        shown = "".join(c for c in text[: NOTE_MAX * 2] if not has_control(c, allowed="\n\r\t"))
+        context = {**_task_context(request, page), "note_text": shown, "note_error": str(refused)}
+        return render(request, "operators/task_detail.html", context, status=400)
+    messages.success(request, "Your note is kept, with your name and the time.")
+    return HttpResponseRedirect(reverse("operators:task", args=[page.task.pk]) + "#notes")
 
 
 # --- Starting a task -----------------------------------------------------------------------------
