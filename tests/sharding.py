@@ -13,12 +13,11 @@ what is there, under a lock, so the shards of one run can share it): refresh the
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -100,13 +99,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _seconds[report.nodeid.split("::", 1)[0]] += report.duration
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     # A shard that the split gave no file of a selection (one test asked for by name) ran
@@ -116,12 +108,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     out = os.environ.get(DURATIONS_VARIABLE, "")
     if not out or exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         return
-    path = Path(out)
-    with _locked(path):
+    # The record itself is locked while it is read and written again, so that the shards of
+    # one run, finishing together, each add theirs.
+    with open(out, "a+") as record_file:
+        fcntl.flock(record_file, fcntl.LOCK_EX)
+        record_file.seek(0)
         try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
+            record = json.loads(record_file.read() or "{}")
+        except ValueError:
             record = {}
         for name, seconds in _seconds.items():
             record[name] = round(seconds, 2)
-        path.write_text(json.dumps(dict(sorted(record.items())), indent=1) + "\n")
+        record_file.seek(0)
+        record_file.truncate()
+        record_file.write(json.dumps(dict(sorted(record.items())), indent=1) + "\n")
