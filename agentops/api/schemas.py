@@ -123,6 +123,20 @@ class NotificationOut(Schema):
     settled_at: datetime | None
 
 
+class WaitingForOut(Schema):
+    """Another task's effect on the same object that this task's last step was refused for
+    (in flight or unknown): the task waits for it to settle, then decides from its outcome."""
+
+    task: UUID = Field(description="The task whose effect it waits for.")
+    tool: str
+    object: str = Field(description="The business object both act on.")
+    state: str = Field(description="in_flight or unknown.")
+    with_person: bool = Field(
+        description="That task is with a person (needs_human or awaiting_approval): this one "
+        "waits for their decision."
+    )
+
+
 class TaskOut(Schema):
     id: UUID
     kind: str
@@ -142,6 +156,10 @@ class TaskOut(Schema):
     held: HeldOut | None
     steps: list[StepOut]
     notifications: list[NotificationOut]
+    waiting_for: WaitingForOut | None = Field(
+        default=None,
+        description="Another task's effect on the same object it waits for, if it does.",
+    )
 
 
 class TaskBrief(Schema):

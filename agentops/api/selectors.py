@@ -16,6 +16,7 @@ from agentops.api.schemas import (
     TaskBrief,
     TaskOut,
     TaskPageOut,
+    WaitingForOut,
 )
 from agentops.models import ApiClient
 from agentops.operators import selectors as pages
@@ -130,6 +131,15 @@ def task_out(*, task_id: uuid.UUID) -> TaskOut:
             )
             for d in page.deliveries
         ],
+        waiting_for=None
+        if (w := page.waiting_for) is None
+        else WaitingForOut(
+            task=w.task,
+            tool=w.tool,
+            object=w.object,
+            state="in_flight" if w.state == "in flight" else w.state,
+            with_person=w.with_person,
+        ),
     )
 
 

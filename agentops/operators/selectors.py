@@ -56,6 +56,12 @@ from agentops.operators.deadlines import Deadlines, deadlines_of
 from agentops.operators.history import Decision, History, task_history
 from agentops.operators.story import Happening, task_story
 from agentops.operators.timeline import Event, Timeline, step_timeline
+from agentops.operators.waits import (
+    WaitingFor,
+    waiting_for_annotation,
+    waiting_for_of,
+    waits_on_person,
+)
 from journal.models import (
     Approval,
     ApprovalState,
@@ -82,7 +88,11 @@ def _unknown_steps() -> Exists:
 
 # The list's filters: name → (label, condition). Kept in the URL as ?state=…
 FILTERS: dict[str, tuple[str, Q]] = {
-    "attention": ("needs attention", Q(status=TaskStatus.NEEDS_HUMAN)),
+    # A task waiting on another's effect that went to a person needs one too (issue 38).
+    "attention": (
+        "needs attention",
+        Q(status=TaskStatus.NEEDS_HUMAN) | Q(waits_on_person=True),
+    ),
     "unknown": ("unknown", Q(has_unknown=True)),
     "approval": ("awaiting approval", Q(status=TaskStatus.AWAITING_APPROVAL)),
     "running": ("running", Q(status__in=ADVANCING)),
@@ -99,7 +109,7 @@ FILTERS: dict[str, tuple[str, Q]] = {
 
 def task_counts() -> dict[str, int]:
     """How many tasks each filter shows: one query."""
-    counts = Task.objects.aggregate(
+    counts = Task.objects.annotate(waits_on_person=waits_on_person()).aggregate(
         all=Count("pk"),
         **{
             name: Count("pk", filter=condition)
@@ -223,7 +233,11 @@ AMOUNT_SQL = (
     "THEN (journal_task.refs ->> 'amount')::numeric END"
 )
 # What holds a task up for a person: those come first in the "stuck longest" order.
-STUCK = Q(status__in=[TaskStatus.NEEDS_HUMAN, TaskStatus.AWAITING_APPROVAL]) | Q(has_unknown=True)
+STUCK = (
+    Q(status__in=[TaskStatus.NEEDS_HUMAN, TaskStatus.AWAITING_APPROVAL])
+    | Q(has_unknown=True)
+    | Q(waits_on_person=True)
+)
 # The entries that say since when a task has been where it is.
 SINCE_KINDS = (EntryKind.TASK_FLAGGED, EntryKind.APPROVAL_REQUESTED, EntryKind.TASK_WAITING)
 
@@ -254,6 +268,10 @@ def _rows(query: ListQuery) -> QuerySet[Task]:
     held = TaskClaim.objects.filter(task_id=OuterRef("pk")).exclude(holder="")
     rows: QuerySet[Task] = Task.objects.annotate(
         has_unknown=_unknown_steps(),
+        # What it waits for, when the guard refused it for another task's effect, and
+        # whether that task is with a person (agentops/operators/waits.py).
+        waiting_for=waiting_for_annotation(),
+        waits_on_person=waits_on_person(),
         # Who holds it (agentops/operators/claims.py), in the same query as the row.
         holder=Subquery(held.values("holder")[:1]),
         held_since=Subquery(held.values("claimed_at")[:1]),
@@ -311,15 +329,22 @@ def task_list(*, query: ListQuery | None = None, page: int | str = 1) -> TaskLis
     attention: list[Task] = []
     if query == ListQuery():
         attention = list(
-            Task.objects.filter(
-                status__in=[TaskStatus.NEEDS_HUMAN, TaskStatus.AWAITING_APPROVAL]
-            ).order_by("-created_at")[:10]
+            Task.objects.annotate(
+                waiting_for=waiting_for_annotation(), waits_on_person=waits_on_person()
+            )
+            .filter(
+                Q(status__in=[TaskStatus.NEEDS_HUMAN, TaskStatus.AWAITING_APPROVAL])
+                | Q(waits_on_person=True)
+            )
+            .order_by("-created_at")[:10]
         )
     counts = task_counts()
     listed = list(paged.object_list)
     _attach_deadlines(listed)
+    for t in [*listed, *attention]:
+        t.waits = WaitingFor.of(t.waiting_for)  # type: ignore[attr-defined]
     in_flight = any(t.status in ADVANCING for t in listed) or counts["running"] > 0
-    seen = [
+    seen: list[tuple[Any, ...]] = [
         (
             str(t.pk),
             t.status,
@@ -328,9 +353,11 @@ def task_list(*, query: ListQuery | None = None, page: int | str = 1) -> TaskLis
             t.has_unknown,  # type: ignore[attr-defined]
             t.running_now,  # type: ignore[attr-defined]
             t.holder,  # type: ignore[attr-defined]
+            t.waiting_for,  # type: ignore[attr-defined]
         )
         for t in listed
-    ] + [(str(t.pk), t.status) for t in attention]
+    ]
+    seen += [(str(t.pk), t.status, t.waiting_for) for t in attention]  # type: ignore[attr-defined]
     return TaskList(
         page=paged,
         attention=attention,
@@ -456,6 +483,9 @@ class TaskPage:
     """Who holds the task now, and since when (agentops/operators/claims.py)."""
     coordination: list[TaskCoordination] = field(default_factory=list)
     """Its claims, releases, take-overs and notes, oldest first."""
+    waiting_for: WaitingFor | None = None
+    """Another task's effect on the same object its last step was refused for, while that
+    is in flight or unknown (agentops/operators/waits.py)."""
     """A held step's: its approval's expiry and when the effects it builds on lapse."""
 
     @property
@@ -560,6 +590,8 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
     deliveries = deliveries_of(task_id=task_id)
     hold = hold_of(task_id=task_id)
     coordination = coordination_of(task_id=task_id)
+    calls = [s for s in steps if s.kind != StepKind.FINISH]
+    waiting = waiting_for_of(task, calls[-1] if calls else None)
     # A task with a person keeps polling too: a webhook or a colleague may settle its steps,
     # and its banner must say so. A notification still being tried keeps the page polling
     # after the task is over.
@@ -581,6 +613,7 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         [(f.pk, f.resolved_at) for f in findings],
         (hold.holder, hold.since) if hold else None,
         [c.pk for c in coordination],
+        (waiting.task, waiting.state, waiting.task_status) if waiting else None,
     )
     return TaskPage(
         task=task,
@@ -607,6 +640,7 @@ def task_page(*, task_id: uuid.UUID) -> TaskPage:
         ),
         hold=hold,
         coordination=coordination,
+        waiting_for=waiting,
     )
 
 
