@@ -16,19 +16,26 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.test import override_settings
+from django.db import connection
+from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 
 from agentops.api.selectors import task_out
 from agentops.effects import task_start
 from agentops.operators.selectors import ListQuery, task_counts, task_list, task_page
 from agentops.operators.services import task_resume
-from journal.models import Step, Task
+from journal.leases import lease_acquire, lease_release
+from journal.models import Attention, Step, Task
+from journal.outcomes import Outcome
 from journal.policy import Policy
+from journal.record import step_record, task_create
+from journal.settle import step_mark_unknown
+from journal.status import task_flag
 from tests.agentops.test_business_effects import charges_of, renewal_refs, run
 from tests.agentops.test_operators import client_for, user
 from tests.agentops.workers import quiet_world
 from tests.databases import flag
-from tests.journal.support import invoice
+from tests.journal.support import ChargeTool, Provider, charge, invoice
 from tests.sandbox.fixtures import SandboxHandle, wait_for
 
 pytestmark = pytest.mark.usefixtures("committed", "clean_faults")
@@ -77,7 +84,9 @@ def test_a_task_blocked_by_a_flagged_effect_says_so_is_flagged_with_it_and_finis
     html = c.get(f"/tasks/{second.pk}").content.decode()
     assert 'id="waiting-for"' in html
     assert f'href="/tasks/{first.pk}"' in html
-    assert "waits for a person&#x27;s decision on" in html or "waits for a person's decision" in html
+    assert (
+        "waits for a person&#x27;s decision on" in html or "waits for a person's decision" in html
+    )
     assert f"charge_customer on {holder.guard}, which is unknown, with a person" in html
 
     # It is in the operators' "needs attention" filter, count and panel with its holder.
@@ -142,3 +151,44 @@ def test_a_task_waiting_on_an_effect_nobody_was_asked_about_is_not_flagged(
     }
     row = client_for(user("Operators")).get(f"/?q={inv}").content.decode()
     assert "which is unknown</span>" in row and f'href="/tasks/{first.pk}"' in row
+
+
+def _queries(c: Client, path: str) -> int:
+    with CaptureQueriesContext(connection) as seen:
+        assert c.get(path).status_code == 200
+    return len(seen.captured_queries)
+
+
+def test_the_list_costs_the_same_statements_however_many_tasks_wait() -> None:
+    """What each row waits for is read in the row's own query: no statement per row."""
+    inv = invoice()
+    holder = task_create(kind="renewal", goal="charge", refs={"invoice": inv})
+    lease = lease_acquire(task_id=holder.pk, owner="test")
+    assert lease is not None
+    tools = {"charge": ChargeTool(Provider())}
+    step = step_record(lease=lease, decision=charge(inv), tools=tools)
+    step_mark_unknown(
+        lease=lease, step=step, outcome=Outcome.unknown("timed out"), next_check_in=3600
+    )
+    task_flag(lease=lease, code=Attention.KEY_DEAD, reason="key died", step_id=step.pk)
+    lease_release(lease)
+
+    def blocked() -> Task:
+        task = task_create(kind="renewal", goal="charge again", refs={"invoice": inv})
+        held = lease_acquire(task_id=task.pk, owner="test")
+        assert held is not None
+        refused = step_record(lease=held, decision=charge(inv), tools=tools)
+        assert refused.refusal == "in_flight"
+        lease_release(held)
+        return task
+
+    c = client_for(user("Operators"))
+    first = blocked()
+    c.get("/")  # session and permission caches warm
+    costs = {path: _queries(c, path) for path in ("/", "/?state=attention", "/?sort=stuck")}
+    more = [blocked() for _ in range(3)]
+    assert {path: _queries(c, path) for path in costs} == costs
+    shown = task_list(query=ListQuery(state="attention"))
+    assert {holder.pk, first.pk, *(t.pk for t in more)} <= {t.pk for t in shown.page.object_list}
+    html = c.get(f"/tasks/{first.pk}").content.decode()
+    assert f'href="/tasks/{holder.pk}"' in html and "which is unknown, with a person" in html
