@@ -36,14 +36,16 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from agentops.audit.matching import Found, StepSide, match
-from agentops.audit.models import AuditRun, AuditTrigger, Finding, ProviderWatch
+from agentops.audit.models import AuditRun, AuditTrigger, Finding, FindingKind, ProviderWatch
 from agentops.doorbell import run_queue
-from agentops.effects import Audit, ProviderEffect, audits
+from agentops.effects import Audit, ProviderEffect, audits, kinds
+from agentops.kinds import followup_start
 from agentops.workers import AUDIT_JOB
 from journal.calls import call
 from journal.entries import task_note
-from journal.models import Step, StepUndo
+from journal.models import Step, StepUndo, Task
 from journal.outcomes import StepState
+from journal.selectors import task_facts
 
 log = logging.getLogger("agentops.audit")
 
@@ -227,6 +229,8 @@ def finding_record(*, provider: str, run: AuditRun, found: Found) -> bool:
                 "effect": found.effect_id,
             },
         )
+        if found.kind == FindingKind.OFFSET_UNKNOWN and found.effect is not None:
+            _undone_elsewhere_told(task_id=step.task_id, effect=found.effect)
     log.warning(
         "audit finding: %s",
         found.summary,
@@ -239,6 +243,20 @@ def finding_record(*, provider: str, run: AuditRun, found: Found) -> bool:
         },
     )
     return True
+
+
+def _undone_elsewhere_told(*, task_id: Any, effect: ProviderEffect) -> None:
+    """The task's kind may have someone told of an effect undone at the provider (its
+    ``on_undone_elsewhere``: the customer, of a refund made in the dashboard): the task it
+    names is started with the finding, in its transaction, and once for its references."""
+    task = Task.objects.get(pk=task_id)
+    kind = kinds().get(task.kind)
+    hook = kind.on_undone_elsewhere if kind is not None else None
+    if hook is None:
+        return
+    follow = hook(dict(task.refs or {}), task_facts(task=task), effect)
+    if follow is not None:
+        followup_start(follow, actor=ACTOR)
 
 
 # --- A person resolves a finding ---------------------------------------------------------------
