@@ -253,8 +253,9 @@ def _refunded_elsewhere(
     refs: Mapping[str, Any], facts: TaskFacts, effect: ProviderEffect
 ) -> Followup | None:
     """A payment the provider audit found refunded at the provider (its dashboard, its
-    support): the customer is told once, the notice keyed by the refund's id (commerce/
-    audits.py lists it; the payment's own id when the listing did not say)."""
+    support), once a person resolved the finding: the customer is told once, the notice keyed
+    by the refund's id (commerce/audits.py lists it; the payment's own id when the listing
+    did not say)."""
     if effect.tool != "charge_customer":
         return None
     raw = effect.raw

@@ -269,11 +269,12 @@ class Kind:
       instead (:class:`Followup`: a message to the customer, by a kind of its own), or None.
       It is started in the cancel's own transaction (agentops/operators/services.py), so
       once: a task cancelled is not cancelled again. Its effects are keyed steps, as any.
-    - ``on_undone_elsewhere``: when the provider audit first finds one of the task's effects
-      undone at the provider with no undo in the journal (a refund made in its dashboard),
-      ``on_undone_elsewhere(refs, facts, effect)`` may name a task to start (the customer
-      told of the refund), or None; ``effect`` is what the provider listed (its ``raw``, as
-      the app's audit lists it). Started with the finding, and not again for the same
+    - ``on_undone_elsewhere``: once a person resolves the provider audit's finding that one
+      of the task's effects was undone at the provider with no undo in the journal (a refund
+      made in its dashboard), ``on_undone_elsewhere(refs, facts, effect)`` may name a task to
+      start (the customer told of the refund), or None; ``effect`` is what the provider
+      listed (its ``raw``, as the app's audit lists it). Started with the resolution (the
+      audit runs as the worker role, which starts no task), and not again for the same
       references (agentops.kinds.followup_start): key them by what was undone.
     """
 

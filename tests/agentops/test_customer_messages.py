@@ -16,7 +16,8 @@ import pytest
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from agentops.audit.services import audit_run
+from agentops.audit.models import Finding
+from agentops.audit.services import FindingRefused, _effect_of, audit_run, finding_resolve
 from agentops.effects import task_start
 from agentops.kinds import followup_start, kinds, tools_for
 from agentops.operators.services import task_cancel
@@ -216,19 +217,38 @@ def test_a_refund_the_audit_finds_is_emailed_once_keyed_by_the_refund(
     charge = Step.objects.get(task=task, tool="charge_customer", kind="call")
     refund = payments_sandbox.client.refund_from_dashboard(charge.evidence["payment_intent"])
 
-    for _ in range(2):  # audited twice: found once, told once
+    for _ in range(2):  # audited twice: found once
         report = audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command")
         assert not report.error, report.error
+    (finding,) = Finding.objects.filter(step=charge)
+    assert finding.provider_side["raw"]["refund"] == refund["id"]
+    # The page says Refunded at once; the audit (the worker role) starts no task: the person
+    # who resolves the finding has the customer told.
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert '<h1 id="payment-title">Refunded</h1>' in page
+    assert notices(inv) == []
+    finding_resolve(finding_id=finding.pk, actor="ops", reason="refunded by support")
+    with pytest.raises(FindingRefused):
+        finding_resolve(finding_id=finding.pk, actor="ops", reason="again")
+
     (notice,) = notices(inv)
     assert notice.refs["refund"] == refund["id"] and notice.refs["purpose"] == "refund"
     assert run(notice).status == "finished"
     run(notice)
+    assert (
+        audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command").found
+        == 0
+    )
+    # Named again for the same refund (another finding of it, say): not started again.
+    follow = kinds()["renewal"].on_undone_elsewhere(  # type: ignore[misc]
+        task.refs, task_facts_by_id(task_id=task.pk), _effect_of(finding)
+    )
+    assert follow is not None and followup_start(follow, actor="ops") is None
     (sent,) = messages(mail_sandbox, inv, "refund")
+    assert len(notices(inv)) == 1
     assert sent["params"]["subject"] == f"Refund for {inv}"
     assert f"We refunded your payment of 49.00 USD for {inv} in full." in sent["params"]["body"]
     assert "Your payment and its refund: " in sent["params"]["body"]
-    page = Client().get(payment_link(inv, task.pk)).content.decode()
-    assert '<h1 id="payment-title">Refunded</h1>' in page
 
 
 # --- The card on the receipt ------------------------------------------------------------------
