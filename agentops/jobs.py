@@ -74,4 +74,3 @@ def journal_retain() -> int:
         return retain(archive_dir=Path(archive) if archive else None).tasks_dropped
     finally:
         close_old_connections()
-

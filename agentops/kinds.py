@@ -4,15 +4,18 @@ only, its tools wrapped)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, transaction
 from django.utils.module_loading import import_string
 
 from agentops.effects import (
+    Followup,
     Kind,
     KindRules,
     Ref,
@@ -22,6 +25,7 @@ from agentops.effects import (
     kind_get,
     kinds,
     task_problems,
+    task_start,
     tools,
 )
 from agentops.effects._kind import REQUIRED
@@ -35,6 +39,7 @@ __all__ = [
     "Ref",
     "TaskRefused",
     "UnknownKind",
+    "followup_start",
     "kind_get",
     "kinds",
     "planner_bound",
@@ -103,3 +108,19 @@ def references_of(kind: str, refs: Mapping[str, Any]) -> list[str]:
         return kind_get(kind).references_of(refs)
     except UnknownKind:
         return []
+
+
+def followup_start(follow: Followup, *, actor: str) -> Task | None:
+    """Start the task a kind's hook named (``Kind.on_cancel``, ``Kind.on_undone_elsewhere``)
+    unless one of its kind with these very references was started already: under a lock on
+    them, so two callers at once start one. A hook keys its followup by what it is about
+    (the refund's id, the invoice), and it is started once however often it is named. Call
+    it inside the transaction that makes the fact it follows (the cancel, the finding)."""
+    refs = dict(follow.refs)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            named = json.dumps([follow.kind, refs], sort_keys=True)
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"followup:{named}"])
+        if Task.objects.filter(kind=follow.kind, refs=refs).exists():
+            return None
+        return task_start(kind=follow.kind, goal=follow.goal, refs=refs, actor=actor)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -168,7 +169,8 @@ class StripeAudit(Audit):
             if isinstance(intent, Mapping):
                 refunded = _charge(intent, refund.get("charge"))
                 if refunded is not None:
-                    yield refunded
+                    # The refund that undid it: who is told of it, is told once by its id.
+                    yield replace(refunded, raw={**refunded.raw, "refund": str(refund["id"])})
 
     def expected(
         self, tool: str, args: Mapping[str, Any], evidence: Mapping[str, Any]

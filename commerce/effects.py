@@ -11,7 +11,7 @@ from typing import Any
 from agentops import effects
 from commerce import playbooks
 from commerce.audits import AUDITS
-from commerce.customers.links import LINK_KIND, payment_link
+from commerce.customers.links import LINK_KIND, NOTICE_KIND, payment_link
 from commerce.customers.selectors import PaymentState, payment_of
 from commerce.customers.services import PaymentRefused, payment_retry
 from commerce.demo import DEMO_TASKS
@@ -49,6 +49,7 @@ effects.register_playbook("renewal")(playbooks.renewal)
 effects.register_playbook("trip")(playbooks.trip)
 effects.register_playbook("reminders")(playbooks.reminders)
 effects.register_playbook(LINK_KIND)(playbooks.customer_link)
+effects.register_playbook(NOTICE_KIND)(playbooks.customer_notice)
 
 DEMO_INVOICES = (
     "INV-3001:4900:usd:ada@example.com",

@@ -15,9 +15,11 @@ from agentops.effects import (
     Append,
     Bind,
     Closing,
+    Followup,
     Kind,
     OneOf,
     Own,
+    ProviderEffect,
     Ref,
     Row,
     Saga,
@@ -28,7 +30,7 @@ from agentops.effects import (
     refs_object,
 )
 from agentops.money import money_text
-from commerce.customers.links import LINK_KIND, email_link
+from commerce.customers.links import LINK_KIND, NOTICE_KIND, email_link
 from commerce.tools.email import EMAIL_PATTERN
 
 # Anchored patterns let one trailing newline through ($ matches before it): NO_CONTROL too.
@@ -156,6 +158,139 @@ def _renewal_refunded(refs: Mapping[str, Any], facts: TaskFacts) -> dict[str, An
     }
 
 
+# --- Telling the customer when no task of the payment runs again -----------------------------
+
+
+class Written(Append):
+    """The harness writes the whole text argument ``arg`` (``text(facts, args)``), whatever
+    the planner proposed: a message whose words the kind's own code chose (a customer notice's
+    subject and body, from its references), as :class:`Append` writes the link after it."""
+
+    def fill(self, args: Mapping[str, Any], facts: TaskFacts) -> dict[str, Any]:
+        written = self.text(facts, args)
+        return {**args, self.arg: written} if written else dict(args)
+
+
+def _ref_text(name: str) -> Callable[[TaskFacts, Mapping[str, Any]], str | None]:
+    def text(facts: TaskFacts, args: Mapping[str, Any]) -> str | None:
+        value = facts.refs.get(name)
+        return value if isinstance(value, str) and value else None
+
+    return text
+
+
+def _notice(refs: Mapping[str, Any], message: Mapping[str, Any], **more: str) -> Followup:
+    """The customer_notice task that sends ``message`` (send_email's arguments) once."""
+    return Followup(
+        kind=NOTICE_KIND,
+        goal=f"Tell the customer about {refs['invoice']}: {message['subject']}",
+        refs={
+            "invoice": refs["invoice"],
+            "email": refs["email"],
+            "purpose": message["purpose"],
+            "subject": message["subject"],
+            "body": message["body"],
+            **more,
+        },
+    )
+
+
+def _emailed(facts: TaskFacts) -> bool:
+    """Whether the task sent the customer an email (each ends with the page's link)."""
+    return any(s.tool == "send_email" and s.state == StepState.DONE for s in facts.steps)
+
+
+def _charge_stands(facts: TaskFacts) -> bool:
+    return any(
+        s.tool == "charge_customer" and s.state == StepState.DONE and not s.offset
+        for s in facts.steps
+    )
+
+
+def _trip_cancel_told(refs: Mapping[str, Any], facts: TaskFacts) -> Followup | None:
+    """A trip an operator cancelled outright: the traveller is told, as a compensated trip's
+    closing tells them, when there is something to tell — something was held for them (and
+    let go: a trip is cancelled only once its saga's effects are undone), their card was
+    refunded, or an email with the page's link reached them. Nothing held, nothing sent:
+    they never heard of it, and are not written to now."""
+    held = any(s.offsets is not None and s.state == StepState.DONE for s in facts.steps)
+    if not (held or _emailed(facts) or _refunded(facts)):
+        return None
+    return _notice(refs, _trip_cancelled(refs, facts))
+
+
+def _renewal_cancel_told(refs: Mapping[str, Any], facts: TaskFacts) -> Followup | None:
+    """A renewal an operator cancelled outright: the customer is told when they had heard of
+    it (an email with the page's link: a declined card's "pay with another card") or their
+    card was refunded, and only if no payment stands (a paid invoice was not cancelled: the
+    page still says Paid)."""
+    if _charge_stands(facts) or not (_emailed(facts) or _refunded(facts)):
+        return None
+    refund = _refunded(facts)
+    amount = refs.get("amount")
+    currency = str(refs.get("currency") or "usd")
+    what = f"The payment of {money_text(amount, currency)}" if isinstance(amount, int) else "It"
+    money = (
+        f"The payment of {money_text(*refund)} was refunded to your card in full; your bank "
+        "may take a few days to show it."
+        if refund
+        else "No money has been taken."
+    )
+    return _notice(
+        refs,
+        {
+            "subject": f"{refs['invoice']} was cancelled",
+            "body": (
+                f"{what} for {refs['invoice']} was cancelled: nothing is owed, and there is "
+                f"nothing for you to do. {money}"
+            ),
+            "purpose": "cancellation",
+        },
+    )
+
+
+def _refunded_elsewhere(
+    refs: Mapping[str, Any], facts: TaskFacts, effect: ProviderEffect
+) -> Followup | None:
+    """A payment the provider audit found refunded at the provider (its dashboard, its
+    support), once a person resolved the finding: the customer is told once, the notice keyed
+    by the refund's id (commerce/audits.py lists it; the payment's own id when the listing
+    did not say)."""
+    if effect.tool != "charge_customer":
+        return None
+    raw = effect.raw
+    currency = str(effect.currency or refs.get("currency") or "usd")
+    refunded = raw.get("amount_refunded")
+    whole = effect.amount if isinstance(effect.amount, int) else refs.get("amount")
+    if not isinstance(refunded, int) or refunded <= 0:
+        refunded = whole
+    if not isinstance(refunded, int):
+        return None
+    if isinstance(whole, int) and refunded < whole:
+        said = (
+            f"We refunded {money_text(refunded, currency)} of your payment of "
+            f"{money_text(whole, currency)} for {refs['invoice']}."
+        )
+    else:
+        said = (
+            f"We refunded your payment of {money_text(refunded, currency)} for "
+            f"{refs['invoice']} in full."
+        )
+    refund = str(raw.get("refund") or effect.provider_id)
+    return _notice(
+        refs,
+        {
+            "subject": f"Refund for {refs['invoice']}",
+            "body": (
+                f"{said} It goes back to the card you paid with; your bank may take a few "
+                "days to show it."
+            ),
+            "purpose": "refund",
+        },
+        refund=refund,
+    )
+
+
 RENEWAL_CAPS = {"usd": 100_000, "eur": 100_000, "gbp": 100_000}
 TRIP_CAPS = {"usd": 500_000, "eur": 500_000, "gbp": 500_000}
 
@@ -186,6 +321,9 @@ KINDS: tuple[Kind, ...] = (
         customer=("email",),
         # A charge a person's compensation refunded: the customer is told, once.
         closing=Closing("send_email", _renewal_refunded),
+        # Cancelled outright, or refunded at the provider: told by a notice of its own.
+        on_cancel=_renewal_cancel_told,
+        on_undone_elsewhere=_refunded_elsewhere,
     ),
     Kind(
         name="trip",
@@ -245,6 +383,41 @@ KINDS: tuple[Kind, ...] = (
         # Rejected by a person, or undone because a step could not happen: the traveller is
         # told, once, that it was cancelled (and refunded, if the card was charged).
         closing=Closing("send_email", _trip_cancelled),
+        on_cancel=_trip_cancel_told,
+        on_undone_elsewhere=_refunded_elsewhere,
+    ),
+    Kind(
+        name=NOTICE_KIND,
+        description=(
+            "Email a customer what became of their payment (cancelled, refunded at the "
+            "provider), in the words its references carry."
+        ),
+        refs_schema=refs_object(
+            {
+                "invoice": INVOICE,
+                "email": EMAIL,
+                "purpose": {"enum": ["cancellation", "refund"]},
+                "subject": {"type": "string", "minLength": 1, "maxLength": 200, **NO_CONTROL},
+                "body": {"type": "string", "minLength": 1, "maxLength": 5000},
+                # What it is about, when more than the invoice: the refund's id.
+                "refund": {"type": "string", "pattern": "^[A-Za-z0-9_]{1,100}$"},
+            },
+            ["invoice", "email", "purpose", "subject", "body"],
+        ),
+        binds={
+            "send_email": (
+                Ref("to", "email"),
+                Ref("reference", "invoice"),
+                Ref("purpose", "purpose"),
+                # The words are the kind's code's, never a model's: written by the harness.
+                Written("subject", _ref_text("subject")),
+                Written("body", _ref_text("body")),
+                Append("body", email_link),
+            ),
+        },
+        max_steps=3,
+        references=("invoice",),
+        customer=("email",),
     ),
     Kind(
         name=LINK_KIND,

@@ -143,3 +143,21 @@ def customer_link(facts: TaskFacts) -> Decision:
             },
         )
     return Finish(f"a new link for {r['invoice']} emailed")
+
+
+def customer_notice(facts: TaskFacts) -> Decision:
+    """Email the customer the notice its references carry (the harness writes its words and
+    adds the link whatever is proposed here)."""
+    r = facts.refs
+    if _last(facts, "send_email") is None:
+        return Call(
+            "send_email",
+            {
+                "to": r["email"],
+                "subject": r["subject"],
+                "body": r["body"],
+                "reference": r["invoice"],
+                "purpose": r["purpose"],
+            },
+        )
+    return Finish(f"the customer was told of {r['invoice']} ({r['purpose']})")

@@ -87,14 +87,16 @@ Expected = Callable[[StepSide], Mapping[str, Any]]
 
 def merged(effects: Iterable[ProviderEffect]) -> list[ProviderEffect]:
     """Each effect once, by the provider's id (a payment listed for itself and again with a
-    refund of it), keeping the first listing and any offset another listing saw."""
+    refund of it), keeping the first listing and any offset another listing saw (with what
+    that listing's ``raw`` adds: the refund's id)."""
     by_id: dict[str, ProviderEffect] = {}
     for effect in effects:
         seen = by_id.get(effect.provider_id)
         if seen is None:
             by_id[effect.provider_id] = effect
-        elif effect.offset and not seen.offset:
-            by_id[effect.provider_id] = replace(seen, offset=effect.offset)
+        elif effect.offset:
+            raw = {**effect.raw, **seen.raw}
+            by_id[effect.provider_id] = replace(seen, offset=seen.offset or effect.offset, raw=raw)
     return list(by_id.values())
 
 

@@ -36,14 +36,16 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from agentops.audit.matching import Found, StepSide, match
-from agentops.audit.models import AuditRun, AuditTrigger, Finding, ProviderWatch
+from agentops.audit.models import AuditRun, AuditTrigger, Finding, FindingKind, ProviderWatch
 from agentops.doorbell import run_queue
-from agentops.effects import Audit, ProviderEffect, audits
+from agentops.effects import Audit, ProviderEffect, audits, kinds
+from agentops.kinds import followup_start
 from agentops.workers import AUDIT_JOB
 from journal.calls import call
 from journal.entries import task_note
-from journal.models import Step, StepUndo
+from journal.models import Step, StepUndo, Task
 from journal.outcomes import StepState
+from journal.selectors import task_facts
 
 log = logging.getLogger("agentops.audit")
 
@@ -247,7 +249,9 @@ def finding_record(*, provider: str, run: AuditRun, found: Found) -> bool:
 def finding_resolve(*, finding_id: int, actor: str, reason: str) -> Finding:
     """Close a finding, saying why (what was done about it at the provider, or why nothing
     needs to be). Who, when and why are kept on it and, when it is about a task, journaled on
-    the task. The task itself is left as it is: a person resumes it on its page."""
+    the task. The task itself is left as it is: a person resumes it on its page. An effect
+    undone at the provider is told to whom its kind says, once (``Kind.on_undone_elsewhere``:
+    the customer, of a refund made in the dashboard)."""
     why = reason.strip()[:2000]
     if not why:
         raise FindingRefused("say why: every resolved finding keeps its reason")
@@ -271,8 +275,45 @@ def finding_resolve(*, finding_id: int, actor: str, reason: str) -> Finding:
                 action="resolve audit finding",
                 data={"reason": why, "finding": finding.pk, "finding_kind": finding.kind},
             )
+        _undone_elsewhere_told(finding, actor=actor)
     finding.refresh_from_db()
     return finding
+
+
+def _effect_of(finding: Finding) -> ProviderEffect:
+    """The provider's effect as the finding stored it (``Found.provider_side``)."""
+    side = finding.provider_side if isinstance(finding.provider_side, dict) else {}
+    raw = side.get("raw")
+    return ProviderEffect(
+        provider_id=str(side.get("provider_id") or finding.effect_id),
+        key=str(side.get("key") or finding.key),
+        tool=str(side.get("tool") or ""),
+        amount=side.get("amount") if isinstance(side.get("amount"), int) else None,
+        currency=side.get("currency") if isinstance(side.get("currency"), str) else None,
+        recipient=side.get("recipient") if isinstance(side.get("recipient"), str) else None,
+        offset=str(side.get("offset") or ""),
+        raw=raw if isinstance(raw, dict) else {},
+    )
+
+
+def _undone_elsewhere_told(finding: Finding, *, actor: str) -> Task | None:
+    """A person resolved a finding that an effect of a task was undone at the provider (a
+    refund made in its dashboard): the task's kind may have someone told of it (its
+    ``on_undone_elsewhere``: the customer, of the refund), by a task started now, in the
+    resolution's transaction, and once for its references (keyed by the refund's id).
+
+    Not when the audit finds it: the audit runs as the worker role, which starts no task
+    (journal/callers.py, docs/design.md §4); the person who resolves the finding does, and
+    has seen the refund is the provider's word."""
+    if finding.kind != FindingKind.OFFSET_UNKNOWN or finding.task_id is None:
+        return None
+    task = Task.objects.get(pk=finding.task_id)
+    kind = kinds().get(task.kind)
+    hook = kind.on_undone_elsewhere if kind is not None else None
+    follow = (
+        hook(dict(task.refs or {}), task_facts(task=task), _effect_of(finding)) if hook else None
+    )
+    return followup_start(follow, actor=actor) if follow is not None else None
 
 
 # --- When audits run: the schedule, and a provider's restart -----------------------------------

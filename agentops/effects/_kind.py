@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentops.effects._schema import schema_validator
 from agentops.effects._tool import Tool
@@ -31,6 +31,9 @@ from journal.protocols import (
     StepFact,
     TaskFacts,
 )
+
+if TYPE_CHECKING:
+    from agentops.effects._audit import ProviderEffect
 
 GOAL_MAX_CHARS = 2000
 REFS_MAX_BYTES = 16 * 1024
@@ -226,6 +229,16 @@ class Closing:
 
 
 @dataclass(frozen=True)
+class Followup:
+    """A task to start with another's end (:attr:`Kind.on_cancel`): its kind, goal and
+    references, as :func:`~agentops.effects.task_start` takes them."""
+
+    kind: str
+    goal: str
+    refs: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Kind:
     """What a task of this kind is for, and the limits the harness holds it to.
 
@@ -251,6 +264,18 @@ class Kind:
       and sorts by it.
     - ``closing``: the call the harness makes once a compensation has undone the task's
       effects (:class:`Closing`: tell the customer), before the task ends compensated.
+    - ``on_cancel``: when a person cancels a task of the kind outright, no worker runs on it
+      again, so no closing call is made; ``on_cancel(refs, facts)`` may name a task to start
+      instead (:class:`Followup`: a message to the customer, by a kind of its own), or None.
+      It is started in the cancel's own transaction (agentops/operators/services.py), so
+      once: a task cancelled is not cancelled again. Its effects are keyed steps, as any.
+    - ``on_undone_elsewhere``: once a person resolves the provider audit's finding that one
+      of the task's effects was undone at the provider with no undo in the journal (a refund
+      made in its dashboard), ``on_undone_elsewhere(refs, facts, effect)`` may name a task to
+      start (the customer told of the refund), or None; ``effect`` is what the provider
+      listed (its ``raw``, as the app's audit lists it). Started with the resolution (the
+      audit runs as the worker role, which starts no task), and not again for the same
+      references (agentops.kinds.followup_start): key them by what was undone.
     """
 
     name: str
@@ -264,6 +289,10 @@ class Kind:
     references: tuple[str, ...] = ()
     customer: tuple[str, ...] = ()
     closing: Closing | None = None
+    on_cancel: Callable[[Mapping[str, Any], TaskFacts], Followup | None] | None = None
+    on_undone_elsewhere: (
+        Callable[[Mapping[str, Any], TaskFacts, ProviderEffect], Followup | None] | None
+    ) = None
 
     @property
     def tools(self) -> frozenset[str]:

@@ -17,9 +17,11 @@ from django.db import transaction
 
 from agentops.decisions import decision_rung
 from agentops.doorbell import task_ring
-from agentops.kinds import tools_for
+from agentops.effects import kinds
+from agentops.kinds import followup_start, tools_for
 from journal import operator
 from journal.models import Task, TaskStatus
+from journal.selectors import task_facts
 
 
 def task_resume(*, task_id: UUID, actor: str, reason: str) -> TaskStatus:
@@ -32,9 +34,20 @@ def task_resume(*, task_id: UUID, actor: str, reason: str) -> TaskStatus:
     return status
 
 
-def task_cancel(*, task_id: UUID, actor: str, reason: str) -> None:
-    """A person stops a task that needs a human (journal.operator)."""
-    operator.task_cancel(task_id=task_id, actor=actor, reason=reason)
+def task_cancel(*, task_id: UUID, actor: str, reason: str) -> Task | None:
+    """A person stops a task that needs a human (journal.operator). No worker runs on it
+    again: when its kind says the customer is to be told (``Kind.on_cancel``), the task that
+    tells them is started in the same transaction as the cancel — with it, or not at all —
+    and so once (a cancelled task is not cancelled again). Returns that task, if any."""
+    with transaction.atomic():
+        operator.task_cancel(task_id=task_id, actor=actor, reason=reason)
+        task = Task.objects.get(pk=task_id)
+        kind = kinds().get(task.kind)
+        hook = kind.on_cancel if kind is not None else None
+        follow = hook(dict(task.refs or {}), task_facts(task=task)) if hook else None
+        if follow is None:
+            return None
+        return followup_start(follow, actor=actor)
 
 
 def steps_reconcile_now(*, step_ids: list[int], actor: str, reason: str = "") -> None:

@@ -115,6 +115,11 @@ def invoice_of(token: str) -> str | None:
 # for from an expired one (commerce/kinds.py, commerce/customers/services.py): it says nothing
 # of the payment, and the page does not count it.
 LINK_KIND = "customer_link"
+# The kind of a task that only tells a customer what happened to their payment when no task
+# of it will run again: an operator cancelled it outright, or the provider audit found it
+# refunded at the provider (commerce/kinds.py). The page does not count it either.
+NOTICE_KIND = "customer_notice"
+MESSAGE_KINDS = (LINK_KIND, NOTICE_KIND)
 
 EMAIL_LINKS = {
     "receipt": "Your receipt: {url}",

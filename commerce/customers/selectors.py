@@ -22,7 +22,7 @@ from agentops.effects import (
 )
 from agentops.money import money_text
 from commerce.customers.declines import Decline, decline_for
-from commerce.customers.links import LINK_KIND
+from commerce.customers.links import MESSAGE_KINDS
 
 # A task's ends that call its payment off (an operator's cancel, a saga undone).
 CALLED_OFF = ("cancelled", "compensated")
@@ -58,6 +58,9 @@ class Payment:
     cancelled: bool = False
     cancelled_at: datetime | None = None
     kind: str = ""
+    # The card it was paid with, as the receipt says it ("Visa ending 4242"): from the
+    # charge's evidence (its brand and last four digits only); empty when it does not say.
+    card: str = ""
 
     @property
     def amount_text(self) -> str:
@@ -92,11 +95,12 @@ def payment_of(*, invoice: str) -> Payment | None:
         return None
     # The tasks that name the invoice, and those that charged it (found by the guards' index:
     # no join of every task with every step).
-    # (Not a task that only emailed the customer a fresh link: it says nothing of the payment.)
+    # (Not a task that only emailed the customer, a fresh link or what became of the payment:
+    # it says nothing of the payment itself.)
     tasks = Task.objects.filter(
         Q(refs__invoice__iexact=invoice)
         | Q(pk__in=Step.objects.filter(guard_key=charged).values("task_id"))
-    ).exclude(kind=LINK_KIND)
+    ).exclude(kind__in=MESSAGE_KINDS)
     if not tasks.exists():
         return None
     charge = (
@@ -155,6 +159,7 @@ def payment_of(*, invoice: str) -> Payment | None:
             currency=currency,
             paid_at=charge.settled_at,
             reference=_reference(charge),
+            card=card_text(charge.evidence),
             refunded=at_provider is not None,
             # Not when it was refunded: the audit says only when it found it.
             refunded_amount=at_provider[1] if at_provider else None,
@@ -185,6 +190,33 @@ def payment_of(*, invoice: str) -> Payment | None:
         declined_card="" if refunded else str(charge.args.get("payment_method") or ""),
         **ended,
     )
+
+
+# How a receipt names a card's brand (Stripe's payment_method_details.card.brand).
+CARD_BRANDS = {
+    "visa": "Visa",
+    "mastercard": "Mastercard",
+    "amex": "American Express",
+    "discover": "Discover",
+    "diners": "Diners Club",
+    "jcb": "JCB",
+    "unionpay": "UnionPay",
+    "cartes_bancaires": "Cartes Bancaires",
+}
+
+
+def card_text(evidence: Any) -> str:
+    """``Visa ending 4242``, from a charge's evidence (commerce/tools/payments.py keeps the
+    card's brand and last four digits); empty when the evidence does not say them."""
+    if not isinstance(evidence, dict):
+        return ""
+    brand, last4 = evidence.get("card_brand"), evidence.get("card_last4")
+    if not isinstance(brand, str) or not brand or not isinstance(last4, str):
+        return ""
+    if len(last4) != 4 or not last4.isdigit():
+        return ""
+    named = CARD_BRANDS.get(brand, brand.replace("_", " ").title())
+    return f"{named} ending {last4}"
 
 
 def _reference(charge: Step) -> str:

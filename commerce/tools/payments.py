@@ -7,6 +7,7 @@ the PaymentIntent (or Refund), so the effect can be found by search or list late
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -131,14 +132,38 @@ def observe_stripe(exc: stripe.StripeError) -> Observation:
     return Reply(status, code=str(code), message=exc.user_message or str(exc)[:500])
 
 
+CARD_BRAND = re.compile(r"[a-z_]{1,20}\Z")
+LAST4 = re.compile(r"[0-9]{4}\Z")
+
+
+def card_of(charge: Any) -> dict[str, str]:
+    """The card a charge was paid with, for the receipt: its brand and last four digits
+    (Stripe's ``payment_method_details.card``) and nothing else of it — the evidence stays
+    small and safe to show. Empty when the answer does not say (the charge not expanded, an
+    older webhook) or says something that is not a brand and four digits."""
+    details = charge.get("payment_method_details") if isinstance(charge, Mapping) else None
+    card = details.get("card") if isinstance(details, Mapping) else None
+    if not isinstance(card, Mapping):
+        return {}
+    brand, last4 = card.get("brand"), card.get("last4")
+    if not (isinstance(brand, str) and CARD_BRAND.match(brand)):
+        return {}
+    if not (isinstance(last4, str) and LAST4.match(last4)):
+        return {}
+    return {"card_brand": brand, "card_last4": last4}
+
+
 def intent_outcome(intent: Mapping[str, Any]) -> Outcome:
     status = intent.get("status")
+    charge = intent.get("latest_charge")
     evidence = {
         "payment_intent": intent.get("id"),
-        "charge": intent.get("latest_charge"),
+        # Expanded (the tool asks for it), the charge is an object: its id is kept.
+        "charge": charge.get("id") if isinstance(charge, Mapping) else charge,
         "amount": intent.get("amount"),
         "currency": intent.get("currency"),
         "status": status,
+        **(card_of(charge) if status == "succeeded" else {}),
     }
     if status == "succeeded":
         return Outcome.done(evidence, f"payment {intent.get('id')} succeeded")
@@ -215,6 +240,8 @@ class ChargeCustomer(Tool):
             "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
             "metadata": {KEY_FIELD: key, "invoice": args["invoice"]},
             "description": args.get("description") or f"Invoice {args['invoice']}",
+            # The charge, whole: the card's brand and last four digits, for the receipt.
+            "expand": ["latest_charge"],
         }
         if args.get("customer"):
             params["customer"] = args["customer"]
@@ -239,7 +266,11 @@ class ChargeCustomer(Tool):
     def lookup(self, args: Mapping[str, Any], *, key: str) -> Outcome | None:
         budget = Budget(self.timeout)
         found = budget.client().v1.payment_intents.search(
-            params={"query": f"metadata['{KEY_FIELD}']:'{key}'", "limit": 10}
+            params={
+                "query": f"metadata['{KEY_FIELD}']:'{key}'",
+                "limit": 10,
+                "expand": ["data.latest_charge"],
+            }
         )
         intent = _find_by_key(found.data, key)
         if intent is None:
@@ -254,6 +285,7 @@ def _page(after: str | None) -> Any:
     params: dict[str, Any] = {
         "limit": 100,
         "created": {"gte": int(time.time() - LIST_LOOKBACK.total_seconds())},
+        "expand": ["data.latest_charge"],
     }
     if after:
         params["starting_after"] = after

@@ -44,14 +44,25 @@ TEST_METHODS: dict[str, tuple[str, str, str] | None] = {
         "An error occurred while processing your card. Try again in a little bit.",
     ),
 }
-_BRANDS = {"visa": "visa", "mastercard": "mastercard", "amex": "amex"}
+# The card behind each test PaymentMethod, as Stripe documents its test cards: (brand, last4).
+TEST_CARDS: dict[str, tuple[str, str]] = {
+    "pm_card_visa": ("visa", "4242"),
+    "pm_card_visa_debit": ("visa", "5556"),
+    "pm_card_mastercard": ("mastercard", "4444"),
+    "pm_card_amex": ("amex", "8431"),
+    "pm_card_chargeDeclined": ("visa", "0002"),
+    "pm_card_chargeDeclinedInsufficientFunds": ("visa", "9995"),
+    "pm_card_chargeDeclinedExpiredCard": ("visa", "0069"),
+    "pm_card_chargeDeclinedIncorrectCvc": ("visa", "0127"),
+    "pm_card_chargeDeclinedProcessingError": ("visa", "0119"),
+}
 
 
-def _brand(pm: str) -> str:
-    for word, brand in _BRANDS.items():
-        if word in pm:
-            return brand
-    return "visa"
+def card_details(pm: str) -> JSON:
+    """A charge's ``payment_method_details`` for a test PaymentMethod, as Stripe gives them:
+    the card's brand and last four digits (never its number)."""
+    brand, last4 = TEST_CARDS.get(pm, ("visa", "4242"))
+    return {"type": "card", "card": {"brand": brand, "last4": last4}}
 
 
 def _truthy(value: Any) -> bool:
@@ -135,6 +146,7 @@ def intent_create(payments: Payments, request: Request) -> Response | JSON:
             "paid": decline is None,
             "payment_intent": pi_id,
             "payment_method": pm,
+            "payment_method_details": card_details(str(pm)),
             "refunded": False,
             "status": "failed" if decline else "succeeded",
         }
@@ -156,7 +168,7 @@ def intent_create(payments: Payments, request: Request) -> Response | JSON:
                     "id": pm,
                     "object": "payment_method",
                     "type": "card",
-                    "card": {"brand": _brand(str(pm))},
+                    "card": card_details(str(pm))["card"],
                 },
             }
     with payments.lock:

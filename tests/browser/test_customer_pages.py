@@ -13,7 +13,8 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from agentops.audit.services import audit_run
+from agentops.audit.models import Finding
+from agentops.audit.services import audit_run, finding_resolve
 from agentops.effects import task_start
 from commerce.customers.links import payment_link, payment_token
 from journal.leases import lease_acquire
@@ -83,6 +84,14 @@ def email_to(mail: SandboxHandle, inv: str, purpose: str) -> dict[str, Any]:
     ]
     assert len(sent) == 1, sent  # one email of that purpose, about that invoice
     return sent[0]
+
+
+def _sent(mail: SandboxHandle, inv: str, purpose: str) -> dict[str, Any] | None:
+    """The one email of that purpose about that invoice, once it is sent; None until then."""
+    try:
+        return email_to(mail, inv, purpose)
+    except AssertionError:
+        return None
 
 
 def link_in(body: str, base: str) -> str:
@@ -202,6 +211,8 @@ def test_a_customer_sees_their_payment_go_from_unknown_to_done_without_reloading
     # Swapped to paid in place: its times in the reader's zone, and its receipt can be
     # printed, the receipt alone.
     customer.wait_for_selector("#payment .receipt time[data-localized]")
+    # The card, as the provider's charge says it (the renewal's default test card).
+    assert "Visa ending 4242" in customer.inner_text(".receipt")
     assert customer.locator("button.print").is_visible()
     customer.emulate_media(media="print")
     assert customer.locator(".receipt").is_visible()
@@ -244,6 +255,19 @@ def test_a_renewal_refunded_at_the_provider_tells_its_customer_refunded_with_the
     told = customer.inner_text("#payment")
     assert "Your payment of 49.00 USD was refunded in full" in told
     assert "Thank you" not in told and customer.locator("button.pay").count() == 0
+    # Once a person resolves the finding, the customer is emailed the refund once (a notice
+    # keyed by the refund), and its link opens the same page.
+    finding = Finding.objects.get(step=charge)
+    finding_resolve(finding_id=finding.pk, actor="ops", reason="refunded by support")
+    refund_mail = wait_for(
+        lambda: _sent(mail_sandbox, inv, "refund"),
+        timeout=30,
+        interval=0.2,
+        what="the refund email",
+    )
+    assert "We refunded your payment of 49.00 USD" in refund_mail["body"]
+    customer.goto(link_in(refund_mail["body"], app_server))
+    assert customer.inner_text("h1") == "Refunded"
     found: dict[str, list[str]] = {}
     desktop = customer.viewport_size
     for width, size in (("desktop", desktop), ("phone", PHONE)):

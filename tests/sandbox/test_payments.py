@@ -90,6 +90,31 @@ def test_succeeding_payment_methods(stripe_sandbox, pm):
 
 
 @pytest.mark.parametrize(
+    ("pm", "brand", "last4"),
+    [
+        ("pm_card_visa", "visa", "4242"),
+        ("pm_card_mastercard", "mastercard", "4444"),
+        ("pm_card_amex", "amex", "8431"),
+        ("pm_card_chargeDeclinedInsufficientFunds", "visa", "9995"),
+    ],
+)
+def test_the_charge_carries_the_test_cards_brand_and_last_four(stripe_sandbox, pm, brand, last4):
+    """As Stripe's test cards: the charge's payment_method_details.card, the intent's
+    latest_charge when expanded; never a card number."""
+    try:
+        charge = create(stripe_sandbox, unique(), pm=pm, expand=["latest_charge"]).latest_charge
+    except stripe.CardError as exc:  # a declined card's charge is there all the same
+        assert exc.error is not None and exc.error.charge
+        charge = stripe_sandbox.v1.charges.retrieve(exc.error.charge)
+    charge = charge.to_dict()
+    assert charge["payment_method_details"] == {
+        "type": "card",
+        "card": {"brand": brand, "last4": last4},
+    }
+    assert "number" not in str(charge)
+
+
+@pytest.mark.parametrize(
     ("pm", "code", "decline_code"),
     [
         ("pm_card_chargeDeclined", "card_declined", "generic_decline"),

@@ -1,0 +1,270 @@
+"""What a customer is told when no task of their payment runs again (issue 38): a trip or a
+renewal an operator cancelled outright, a payment refunded at the provider's dashboard that
+the provider audit finds — each one message, by a keyed task of its own kind
+(``customer_notice``), counted at the mail sandbox's ledger — and the card a payment was made
+with on the receipt. Real PostgreSQL and the sandbox providers, each a process of its own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+from django.test import Client, override_settings
+from django.utils import timezone
+
+from agentops.audit.models import Finding
+from agentops.audit.services import FindingRefused, _effect_of, audit_run, finding_resolve
+from agentops.effects import task_start
+from agentops.kinds import followup_start, kinds, tools_for
+from agentops.operators.services import task_cancel
+from agentops.runner import task_run
+from commerce.customers.links import NOTICE_KIND, payment_link
+from journal.leases import lease_acquire, lease_release
+from journal.models import Step, Task
+from journal.perform import step_perform
+from journal.protocols import Call
+from journal.record import step_record
+from journal.selectors import task_facts_by_id
+from journal.status import TransitionRefused
+from tests.agentops.test_business_effects import renewal_refs, trip_refs
+from tests.agentops.workers import quiet_world
+from tests.databases import flag
+from tests.journal.support import invoice
+from tests.sandbox.fixtures import SandboxHandle
+
+pytestmark = pytest.mark.usefixtures("committed", "clean_faults")
+
+OVER = ("finished", "compensated", "cancelled", "needs_human", "awaiting_approval")
+
+
+@pytest.fixture
+def world(on_sandbox: dict[str, Any]) -> Iterator[None]:
+    redis = quiet_world()
+    with override_settings(**on_sandbox, TOOL_TIMEOUT_SECONDS=2.0, PLANNER="scripted"):
+        yield
+    redis.flushdb()
+
+
+def run(task: Task, timeout: float = 30) -> Task:
+    """Run the task as a worker would, in this process, until it is over."""
+    deadline = time.monotonic() + timeout
+    while True:
+        task_run(task_id=task.pk)
+        task = Task.objects.get(pk=task.pk)
+        if task.status in OVER:
+            return task
+        assert time.monotonic() < deadline, f"task {task.pk} still {task.status}"
+        time.sleep(0.05)
+
+
+def messages(mail: SandboxHandle, inv: str, purpose: str) -> list[dict[str, Any]]:
+    """The messages the mail provider accepted about ``inv`` for ``purpose``, whoever sent."""
+    found = []
+    for entry in mail.client.ledger(operation="messages.send"):
+        headers = entry["params"].get("headers") or {}
+        if (
+            headers.get("X-Agentops-Reference") == inv
+            and headers.get("X-Agentops-Purpose") == purpose
+        ):
+            found.append(entry)
+    return found
+
+
+def notices(inv: str) -> list[Task]:
+    return list(Task.objects.filter(kind=NOTICE_KIND, refs__invoice=inv))
+
+
+def held_and_let_go(inv: str) -> Task:
+    """A trip that held its flight at the bookings sandbox and released it again (its own
+    keyed undo), then went to a person: what an operator then cancels outright."""
+    task = task_start(kind="trip", goal="a trip", refs=trip_refs(inv))
+    lease = lease_acquire(task_id=task.pk, owner="test")
+    assert lease is not None
+    tools = tools_for(task)
+    hold = step_record(
+        lease=lease,
+        decision=Call("hold_flight", {"flight": "TP1351", "passenger": f"Alan {inv}"}),
+        tools=tools,
+    )
+    step_perform(lease=lease, step=hold, tool=tools["hold_flight"])
+    target = task_facts_by_id(task_id=task.pk).steps[0]
+    assert target.state == "done", target.detail
+    release = step_record(
+        lease=lease,
+        decision=Call(
+            "release_flight", tools["hold_flight"].undo_args(target.args, target.evidence)
+        ),
+        tools=tools,
+        undo_of=target,
+    )
+    step_perform(lease=lease, step=release, tool=tools["release_flight"])
+    lease_release(lease)
+    assert flag(task.pk, "planner_failed", "the model was down")
+    return task
+
+
+# --- An operator cancels a task outright ------------------------------------------------------
+
+
+def test_a_trip_cancelled_after_its_holds_tells_the_traveller_once(
+    world: None, mail_sandbox: SandboxHandle
+) -> None:
+    inv = invoice()
+    task = held_and_let_go(inv)
+
+    notice = task_cancel(task_id=task.pk, actor="ops", reason="the traveller changed plans")
+    assert notice is not None and notice.kind == NOTICE_KIND
+    assert Task.objects.get(pk=task.pk).status == "cancelled"
+    assert run(notice).status == "finished"
+    (sent,) = messages(mail_sandbox, inv, "cancellation")
+    body = sent["params"]["body"]
+    assert sent["params"]["to"] == "alan@example.com"
+    assert sent["params"]["subject"] == f"Your trip {inv} was cancelled"
+    assert "flight TP1351 and the hotel Alfama" in body and "no longer held" in body
+    assert "Nothing is owed" in body and "No money has been taken" in body
+    assert "The cancelled trip and its payment: " in body and "/pay/" in body  # its page
+
+    # A second cancel is refused and starts nothing; the notice run again, or named again,
+    # sends nothing more; even a notice started by hand is refused by the email's guard.
+    with pytest.raises(TransitionRefused):
+        task_cancel(task_id=task.pk, actor="ops", reason="again")
+    run(notice)
+    follow = kinds()["trip"].on_cancel(task.refs, task_facts_by_id(task_id=task.pk))  # type: ignore[misc]
+    assert follow is not None and followup_start(follow, actor="ops") is None
+    again = task_start(kind=NOTICE_KIND, goal="by hand", refs=dict(follow.refs))
+    assert run(again).status == "finished"
+    assert len(notices(inv)) == 2 and len(messages(mail_sandbox, inv, "cancellation")) == 1
+
+
+def test_a_task_the_customer_never_heard_of_is_cancelled_without_a_message(
+    world: None, mail_sandbox: SandboxHandle
+) -> None:
+    trip, renewal = invoice(), invoice()
+    for kind, refs in (("trip", trip_refs(trip)), ("renewal", renewal_refs(renewal))):
+        task = task_start(kind=kind, goal="nothing done yet", refs=refs)
+        assert flag(task.pk, "planner_failed", "the model was down")
+        assert task_cancel(task_id=task.pk, actor="ops", reason="not wanted") is None
+    assert notices(trip) == notices(renewal) == []
+
+
+def test_a_declined_renewal_cancelled_tells_the_customer_the_link_takes_no_payment(
+    world: None, mail_sandbox: SandboxHandle
+) -> None:
+    inv = invoice()
+    refs = renewal_refs(inv, payment_method="pm_card_chargeDeclined")
+    task = task_start(kind="renewal", goal="renew", refs=refs)
+    lease = lease_acquire(task_id=task.pk, owner="test")
+    assert lease is not None
+    tools = tools_for(task)
+    charge = step_record(
+        lease=lease,
+        decision=Call(
+            "charge_customer",
+            {
+                "invoice": inv,
+                "amount": 4900,
+                "currency": "usd",
+                "payment_method": refs["payment_method"],
+            },
+        ),
+        tools=tools,
+    )
+    step_perform(lease=lease, step=charge, tool=tools["charge_customer"])
+    told = step_record(
+        lease=lease,
+        decision=Call(
+            "send_email",
+            {
+                "to": "ada@example.com",
+                "subject": f"Payment for {inv} did not go through",
+                "body": "Your card was declined.",
+                "reference": inv,
+                "purpose": "payment_failed",
+            },
+        ),
+        tools=tools,
+    )
+    step_perform(lease=lease, step=told, tool=tools["send_email"])
+    lease_release(lease)
+    assert flag(task.pk, "planner_failed", "the model was down")
+
+    notice = task_cancel(task_id=task.pk, actor="ops", reason="the customer left")
+    assert notice is not None
+    run(notice)
+    run(notice)
+    (sent,) = messages(mail_sandbox, inv, "cancellation")
+    assert sent["params"]["subject"] == f"{inv} was cancelled"
+    assert "The payment of 49.00 USD for" in sent["params"]["body"]
+    assert "No money has been taken" in sent["params"]["body"]
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert "This payment was cancelled" in page  # the notice is not the payment's latest word
+
+
+# --- A refund made at the provider's dashboard, found by the audit ---------------------------
+
+
+def test_a_refund_the_audit_finds_is_emailed_once_keyed_by_the_refund(
+    world: None, payments_sandbox: SandboxHandle, mail_sandbox: SandboxHandle
+) -> None:
+    since: datetime = timezone.now()
+    inv = invoice()
+    task = run(task_start(kind="renewal", goal="renew", refs=renewal_refs(inv)))
+    assert task.status == "finished", task.attention
+    charge = Step.objects.get(task=task, tool="charge_customer", kind="call")
+    refund = payments_sandbox.client.refund_from_dashboard(charge.evidence["payment_intent"])
+
+    for _ in range(2):  # audited twice: found once
+        report = audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command")
+        assert not report.error, report.error
+    (finding,) = Finding.objects.filter(step=charge)
+    assert finding.provider_side["raw"]["refund"] == refund["id"]
+    # The page says Refunded at once; the audit (the worker role) starts no task: the person
+    # who resolves the finding has the customer told.
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert '<h1 id="payment-title">Refunded</h1>' in page
+    assert notices(inv) == []
+    finding_resolve(finding_id=finding.pk, actor="ops", reason="refunded by support")
+    with pytest.raises(FindingRefused):
+        finding_resolve(finding_id=finding.pk, actor="ops", reason="again")
+
+    (notice,) = notices(inv)
+    assert notice.refs["refund"] == refund["id"] and notice.refs["purpose"] == "refund"
+    assert run(notice).status == "finished"
+    run(notice)
+    assert (
+        audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command").found
+        == 0
+    )
+    # Named again for the same refund (another finding of it, say): not started again.
+    follow = kinds()["renewal"].on_undone_elsewhere(  # type: ignore[misc]
+        task.refs, task_facts_by_id(task_id=task.pk), _effect_of(finding)
+    )
+    assert follow is not None and followup_start(follow, actor="ops") is None
+    (sent,) = messages(mail_sandbox, inv, "refund")
+    assert len(notices(inv)) == 1
+    assert sent["params"]["subject"] == f"Refund for {inv}"
+    assert f"We refunded your payment of 49.00 USD for {inv} in full." in sent["params"]["body"]
+    assert "Your payment and its refund: " in sent["params"]["body"]
+
+
+# --- The card on the receipt ------------------------------------------------------------------
+
+
+def test_the_receipt_says_the_card_by_its_brand_and_last_four_digits(world: None) -> None:
+    inv = invoice()
+    refs = renewal_refs(inv, payment_method="pm_card_mastercard")
+    task = run(task_start(kind="renewal", goal="renew", refs=refs))
+    assert task.status == "finished", task.attention
+    charge = Step.objects.get(task=task, tool="charge_customer", kind="call")
+    assert charge.evidence["card_brand"] == "mastercard"
+    assert charge.evidence["card_last4"] == "4444"
+    # The evidence keeps the card's brand and last four digits, nothing else of it.
+    assert not {"payment_method_details", "card", "fingerprint", "exp_month"} & set(charge.evidence)
+    assert isinstance(charge.evidence["charge"], str)  # the charge's id, not the object
+
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert "<dt>Paid with</dt><dd>Mastercard ending 4444</dd>" in page
