@@ -80,6 +80,8 @@ def report_lines(figures: Mapping[str, Any]) -> Sequence[str]:
         if name == "business_duplicates":
             causes = figures.get("business_duplicates_by_cause")
             lines.append(f"    by cause                 {causes}")
+        if name == "customers_not_told":
+            lines.append(f"    owed a closing message   {figures.get('customers_owed')}")
     lines.append(
         f"  needs_human_on_purpose     {figures.get('needs_human_on_purpose')} "
         f"(expected {figures.get('needs_human_expected')})"

@@ -302,6 +302,8 @@ class Told:
     not_told: list[str]
     twice: list[str]
     wrongly: list[str]
+    owed: int = 0
+    """How many customers were owed one."""
 
 
 def customers_told(
@@ -342,4 +344,4 @@ def customers_told(
         for (address, reference), messages in sorted(sent.items())
         if len(messages) > 1
     ]
-    return Told(not_told=not_told, twice=twice, wrongly=list(wrongly.values()))
+    return Told(not_told=not_told, twice=twice, wrongly=list(wrongly.values()), owed=len(owed_now))

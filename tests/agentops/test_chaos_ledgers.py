@@ -224,7 +224,7 @@ def test_each_customer_owed_a_closing_message_is_told_once_by_the_mail_ledger() 
         ledgers = Ledgers(entries={"mail": rows}, fault_logs={})
         return customers_told(owed=owed, compensated=compensated, ledgers=ledgers)
 
-    assert told(mail[:1], {one}) == Told(not_told=[], twice=[], wrongly=[])
+    assert told(mail[:1], {one}) == Told(not_told=[], twice=[], wrongly=[], owed=1)
     found = told(mail, {one, none, two})
     assert found.not_told == ["t2@example.com about trip-2: no closing message"]
     assert found.twice == [

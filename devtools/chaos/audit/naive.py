@@ -153,6 +153,7 @@ def audit_naive(
         "untrue_summaries": len(untrue),
         "journal_mismatch": None,
         "untrue_answers": None,
+        "customers_owed": told.owed,
         "customers_not_told": len(told.not_told),
         "customers_told_twice": len(told.twice),
         "customers_told_wrongly": len(told.wrongly),

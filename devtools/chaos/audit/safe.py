@@ -189,6 +189,7 @@ def audit_journal(
         "untrue_summaries": len(untrue),
         "journal_mismatch": len(mismatch) + len(strangers),
         "untrue_answers": None,  # no agent is answered (the mcp harness's: audit_mcp)
+        "customers_owed": told.owed,
         "customers_not_told": len(told.not_told),
         "customers_told_twice": len(told.twice),
         "customers_told_wrongly": len(told.wrongly),
