@@ -307,15 +307,20 @@ class Told:
 
 
 def customers_told(
-    *, owed: Iterable[Customer], compensated: Mapping[str, bool], ledgers: Ledgers
+    *,
+    owed: Iterable[Customer],
+    compensated: Mapping[str, bool],
+    ledgers: Ledgers,
+    standing: Iterable[Customer] = (),
 ) -> Told:
     """Whether every customer whose task's effects were undone was told so exactly once, by
     the mail provider's ledger: ``owed``, the customers a closing message is owed (a trip the
     plan rejected, a task that ended compensated whose kind declares a closing call), whoever
     sends it; ``compensated``, for each task's key prefix (``ao:<id>:``), whether it ended
     compensated: a closing message under the keys of one that did not is told wrongly, and
-    so is one to a customer nobody owed one."""
-    owed_now = set(owed)
+    so is one to a customer nobody owed one, or (``standing``: the customers of a saga that
+    finished, a trip asked for twice, say) one whose booking stands."""
+    owed_now, stands = set(owed), set(standing)
     sent: dict[Customer, list[Effect]] = {}
     wrongly: dict[Customer, str] = {}
     for effect in sorted(ledgers.effects, key=lambda e: e.at):
@@ -325,6 +330,8 @@ def customers_told(
         sent.setdefault(customer, []).append(effect)
         if compensated.get(_key_head(effect.key)) is False:
             why = "its task was not compensated"
+        elif customer in stands:
+            why = "a saga of theirs finished: what it says was undone stands"
         elif customer not in owed_now:
             why = "nothing of theirs was undone"
         else:

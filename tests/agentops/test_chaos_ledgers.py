@@ -244,3 +244,12 @@ def test_each_customer_owed_a_closing_message_is_told_once_by_the_mail_ledger() 
     assert told([refund], set()).wrongly == [
         "msg_5 to t4@example.com about inv-4 (under ao:t4:3): nothing of theirs was undone"
     ]
+    # A trip asked for twice: one finished, one undone; its customer is not told it was
+    # cancelled, since it stands.
+    ledgers = Ledgers(entries={"mail": mail[:1]}, fault_logs={})
+    assert customers_told(
+        owed={one}, compensated=compensated, ledgers=ledgers, standing={one}
+    ).wrongly == [
+        "msg_1 to t1@example.com about trip-1 (under ao:t1:5): a saga of theirs finished: "
+        "what it says was undone stands"
+    ]

@@ -33,7 +33,8 @@ The customers told (devtools.chaos.truth.customers_told), by the mail provider's
   that got none;
 - **customers_told_twice**: a customer sent two closing messages or more;
 - **customers_told_wrongly**: a closing message under the keys of a task that was not
-  compensated, or to a customer nothing was undone for.
+  compensated, to a customer nothing was undone for, or to one whose saga (a trip asked
+  for twice) finished and stands.
 
 Recovery (``recovery_s``): for each fault kind, how long from the fault hitting a task to the
 task moving again — for a provider fault, the step it hit settling (done, or not done for

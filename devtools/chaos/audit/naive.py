@@ -80,6 +80,13 @@ def audit_naive(
             f"naive:{name}:": record["outcome"] == "compensated" for name, record in records.items()
         },
         ledgers=ledgers,
+        standing={
+            customer_of(spec.refs["email"], spec.refs["invoice"])
+            for name, record in records.items()
+            if (spec := specs.get(name)) is not None
+            and spec.kind == "trip"
+            and record["outcome"] == "finished"
+        },
     )
 
     # The model's slips, and what the loop did with them: a slipped call its framework

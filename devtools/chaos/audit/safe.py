@@ -151,6 +151,11 @@ def audit_journal(
         owed=closings_owed(plan, tasks.values()),
         compensated={f"ao:{pk}:": t.status == TaskStatus.COMPENSATED for pk, t in tasks.items()},
         ledgers=ledgers,
+        standing={
+            customer_of(t.refs.get("email"), t.refs.get("invoice"))
+            for t in tasks.values()
+            if t.status == TaskStatus.FINISHED and t.plan and isinstance(t.refs, dict)
+        },
     )
 
     # The model's slips, and what the harness answered (a refusal: nothing was sent).
