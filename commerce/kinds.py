@@ -114,9 +114,21 @@ def _refunded(facts: TaskFacts) -> tuple[int, str] | None:
     return None
 
 
-def _trip_cancelled(refs: Mapping[str, Any], facts: TaskFacts) -> dict[str, Any]:
+def _another_tasks(facts: TaskFacts) -> bool:
+    """Whether a step of the task was refused because another task's effect on the same
+    object stands (or is in flight): the same trip asked for twice, say."""
+    own = {s.key for s in facts.steps}
+    return any(s.refused and s.refused_by and s.refused_by not in own for s in facts.steps)
+
+
+def _trip_cancelled(refs: Mapping[str, Any], facts: TaskFacts) -> dict[str, Any] | None:
     """A trip's closing message: it was cancelled (a person rejected it, or it could not be
-    booked and was undone), nothing is owed, and the refund, if the card was charged."""
+    booked and was undone), nothing is owed, and the refund, if the card was charged. None
+    when it stopped because another task holds the trip: that one's traveller is told
+    whatever becomes of it, and theirs may stand (the chaos run found a trip asked for twice
+    telling its traveller it was cancelled while the first task's booking stood)."""
+    if _another_tasks(facts):
+        return None
     refund = _refunded(facts)
     money = (
         f"The payment of {money_text(*refund)} was refunded to your card in full; your bank "

@@ -109,6 +109,9 @@ ROWS: Sequence[Row] = (
     (_bold("compensation_mismatch"), lambda r: r["compensation_mismatch"]),
     (_bold("journal_mismatch"), lambda r: _or_dash(r["journal_mismatch"])),
     (_bold("untrue_answers"), lambda r: _or_dash(r.get("untrue_answers"))),
+    (_bold("customers_not_told"), lambda r: _or_dash(r.get("customers_not_told"))),
+    (_bold("customers_told_twice"), lambda r: _or_dash(r.get("customers_told_twice"))),
+    (_bold("customers_told_wrongly"), lambda r: _or_dash(r.get("customers_told_wrongly"))),
     ("MCP calls", _mcp(lambda r: r["mcp_calls"])),
     ("… answered done / not done / unknown / refused", _mcp(_answers)),
     ("… no answer: dropped / server error", _mcp(_no_answer)),
@@ -136,11 +139,21 @@ ROWS: Sequence[Row] = (
 )
 
 
+LATER = {
+    _bold(name): name
+    for name in ("customers_not_told", "customers_told_twice", "customers_told_wrongly")
+}
+"""Rows of figures a run records only since they were first counted (issue 38): shown once
+some run on the page has them, so a page of earlier runs reads as it did."""
+
+
 def table_main(runs: Sequence[Run]) -> str:
     head = "| | " + " | ".join(r["harness"] for r in runs) + " |"
     rule = "|---|" + "---|" * len(runs)
     lines = [head, rule]
     for name, value in ROWS:
+        if name in LATER and not any(LATER[name] in r for r in runs):
+            continue
         lines.append(f"| {name} | " + " | ".join(str(value(r)) for r in runs) + " |")
     return "\n".join(lines)
 

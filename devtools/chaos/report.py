@@ -5,7 +5,10 @@ A run passes only when every figure of :data:`MUST_BE_ZERO` is zero — nothing 
 unknown, nobody is asked to step in, every compensation balances, no passing failure was
 dropped, every summary is true, the journal agrees with the ledgers, every answer the mcp
 harness's agent was given is borne out (``untrue_answers``; None for the other harnesses,
-which answer no agent) — and the tasks the plan
+which answer no agent), every customer whose trip was rejected or whose task's effects were
+undone was told so by one closing message in the mail provider's ledger, not none
+(``customers_not_told``), not two (``customers_told_twice``), and no customer was sent one
+whose task was not compensated (``customers_told_wrongly``) — and the tasks the plan
 hands to a person on purpose (``--refuse-us N``: the provider refuses *us* for N charges,
 which only a person can put right) are exactly the ones that need a person. A run whose
 faults are all recoverable by design (the default) must therefore end with nobody asked.
@@ -27,6 +30,9 @@ MUST_BE_ZERO = (
     "untrue_summaries",
     "journal_mismatch",
     "untrue_answers",
+    "customers_not_told",
+    "customers_told_twice",
+    "customers_told_wrongly",
 )
 
 
@@ -74,6 +80,8 @@ def report_lines(figures: Mapping[str, Any]) -> Sequence[str]:
         if name == "business_duplicates":
             causes = figures.get("business_duplicates_by_cause")
             lines.append(f"    by cause                 {causes}")
+        if name == "customers_not_told":
+            lines.append(f"    owed a closing message   {figures.get('customers_owed')}")
     lines.append(
         f"  needs_human_on_purpose     {figures.get('needs_human_on_purpose')} "
         f"(expected {figures.get('needs_human_expected')})"

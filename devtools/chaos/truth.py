@@ -263,3 +263,92 @@ def _key_head(key: str) -> str:
     prefix, _, rest = key.partition(":")
     task = rest.partition(":")[0]
     return f"{prefix}:{task}:"
+
+
+# --- The customer told, once, that what was done was undone --------------------------------------
+
+CLOSING_PURPOSES = frozenset({"cancellation", "refund"})
+"""The purposes of the messages a task's closing call sends (commerce/kinds.py): a trip
+cancelled, a charge refunded. No kind lets a model send them."""
+
+Customer = tuple[str, str]
+"""Whom a closing message is for: the address, and the business reference it is about."""
+
+
+def customer_of(address: object, reference: object) -> Customer:
+    """A customer in one form (an address and a reference compared as the guards compare
+    them, whatever their case or spaces)."""
+    return (str(address or "").strip().casefold(), object_form(str(reference or "")) or "")
+
+
+def closing_customer(effect: Effect) -> Customer | None:
+    """The customer a closing message (by its purpose) was sent to, or None when ``effect``
+    is not one."""
+    if effect.operation != "messages.send":
+        return None
+    headers = effect.params.get("headers") or {}
+    purpose = str(headers.get("X-Agentops-Purpose") or "").partition(" ")[0]
+    if purpose not in CLOSING_PURPOSES:
+        return None
+    return customer_of(effect.params.get("to"), headers.get("X-Agentops-Reference"))
+
+
+@dataclass(frozen=True)
+class Told:
+    """Each customer owed a closing message who got none (``not_told``), got two or more
+    (``twice``), or got one they were not owed (``wrongly``): a sentence each, one per
+    customer."""
+
+    not_told: list[str]
+    twice: list[str]
+    wrongly: list[str]
+    owed: int = 0
+    """How many customers were owed one."""
+
+
+def customers_told(
+    *,
+    owed: Iterable[Customer],
+    compensated: Mapping[str, bool],
+    ledgers: Ledgers,
+    standing: Iterable[Customer] = (),
+) -> Told:
+    """Whether every customer whose task's effects were undone was told so exactly once, by
+    the mail provider's ledger: ``owed``, the customers a closing message is owed (a trip the
+    plan rejected, a task that ended compensated whose kind declares a closing call), whoever
+    sends it; ``compensated``, for each task's key prefix (``ao:<id>:``), whether it ended
+    compensated: a closing message under the keys of one that did not is told wrongly, and
+    so is one to a customer nobody owed one, or (``standing``: the customers of a saga that
+    finished, a trip asked for twice, say) one whose booking stands."""
+    owed_now, stands = set(owed), set(standing)
+    sent: dict[Customer, list[Effect]] = {}
+    wrongly: dict[Customer, str] = {}
+    for effect in sorted(ledgers.effects, key=lambda e: e.at):
+        customer = closing_customer(effect)
+        if customer is None:
+            continue
+        sent.setdefault(customer, []).append(effect)
+        if compensated.get(_key_head(effect.key)) is False:
+            why = "its task was not compensated"
+        elif customer in stands:
+            why = "a saga of theirs finished: what it says was undone stands"
+        elif customer not in owed_now:
+            why = "nothing of theirs was undone"
+        else:
+            continue
+        wrongly.setdefault(
+            customer,
+            f"{effect.object_id} to {customer[0]} about {customer[1]} (under {effect.key}): {why}",
+        )
+    not_told = [
+        f"{address} about {reference}: no closing message"
+        for address, reference in sorted(owed_now)
+        if not sent.get((address, reference))
+    ]
+    twice = [
+        f"{address} about {reference}: {len(messages)} closing messages "
+        f"({', '.join(f'{e.object_id} under {e.key}' for e in messages[:3])})"
+        for (address, reference), messages in sorted(sent.items())
+        if len(messages) > 1
+    ]
+    return Told(not_told=not_told, twice=twice, wrongly=list(wrongly.values()), owed=len(owed_now))

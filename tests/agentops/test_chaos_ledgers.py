@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from devtools.chaos.ledgers import Ledgers, business_duplicates, by_cause
-from devtools.chaos.truth import Claim, summaries_untrue, summary_claims
+from devtools.chaos.truth import (
+    Claim,
+    Told,
+    customer_of,
+    customers_told,
+    summaries_untrue,
+    summary_claims,
+)
 from journal.outcomes import StepState
 from journal.protocols import Refusal, StepFact
 from journal.summary import task_summary
@@ -190,3 +197,59 @@ def test_a_summary_is_set_against_the_ledgers_whichever_harness_told_it() -> Non
     # The same words, said by a task whose keys made the charge: "not done" is untrue.
     [denied] = summaries_untrue({"d": said["d"]}, key_prefix={"d": "ao:a:"}, ledgers=ledgers)
     assert "the provider performed it (pi_1 under ao:a:1)" in denied
+
+
+def _closing(at: float, key: str, purpose: str, reference: str, to: str) -> dict[str, Any]:
+    headers = {"X-Agentops-Reference": reference, "X-Agentops-Purpose": purpose}
+    params = {"to": to, "headers": headers}
+    return ledger_row("messages.send", at, key, f"msg_{at:g}", params=params)
+
+
+def test_each_customer_owed_a_closing_message_is_told_once_by_the_mail_ledger() -> None:
+    """Issue 38: a rejected trip's customer receives one message, by the mail provider's
+    own ledger: one is right, none is not told, two is told twice, and one whose task was not
+    compensated (or that nobody owed) is told wrongly."""
+    one, none, two = (customer_of(f"t{n}@example.com", f"TRIP-{n}") for n in (1, 2, 3))
+    mail = [
+        _closing(1, "ao:t1:5", "cancellation", "TRIP-1", "t1@example.com"),
+        # Another harness's message, any reference's: not a closing one.
+        _closing(2, "ao:t2:4", "itinerary", "TRIP-2", "t2@example.com"),
+        _closing(3, "ao:t3:5", "cancellation", "TRIP-3", "t3@example.com"),
+        # The same customer, written otherwise, again: told twice.
+        _closing(4, "ao:t3:5", "cancellation", " trip-3", "T3@Example.com "),
+    ]
+    compensated = {"ao:t1:": True, "ao:t2:": True, "ao:t3:": True}
+
+    def told(rows: list[dict[str, Any]], owed: set[tuple[str, str]]) -> Told:
+        ledgers = Ledgers(entries={"mail": rows}, fault_logs={})
+        return customers_told(owed=owed, compensated=compensated, ledgers=ledgers)
+
+    assert told(mail[:1], {one}) == Told(not_told=[], twice=[], wrongly=[], owed=1)
+    found = told(mail, {one, none, two})
+    assert found.not_told == ["t2@example.com about trip-2: no closing message"]
+    assert found.twice == [
+        "t3@example.com about trip-3: 2 closing messages (msg_3 under ao:t3:5, msg_4 under ao:t3:5)"
+    ]
+    assert found.wrongly == []
+    # A refunded renewal's message counts as its closing one too.
+    refund = _closing(5, "ao:t4:3", "refund", "INV-4", "t4@example.com")
+    assert told([refund], {customer_of("t4@example.com", "INV-4")}).not_told == []
+    # A closing message from a task that finished, or to nobody owed one: told wrongly.
+    compensated["ao:t4:"] = False
+    wrong = told([refund], set())
+    assert wrong.wrongly == [
+        "msg_5 to t4@example.com about inv-4 (under ao:t4:3): its task was not compensated"
+    ]
+    compensated["ao:t4:"] = True
+    assert told([refund], set()).wrongly == [
+        "msg_5 to t4@example.com about inv-4 (under ao:t4:3): nothing of theirs was undone"
+    ]
+    # A trip asked for twice: one finished, one undone; its customer is not told it was
+    # cancelled, since it stands.
+    ledgers = Ledgers(entries={"mail": mail[:1]}, fault_logs={})
+    assert customers_told(
+        owed={one}, compensated=compensated, ledgers=ledgers, standing={one}
+    ).wrongly == [
+        "msg_1 to t1@example.com about trip-1 (under ao:t1:5): a saga of theirs finished: "
+        "what it says was undone stands"
+    ]

@@ -273,6 +273,8 @@ def test_a_small_mcp_chaos_run_tells_its_agent_only_the_truth(tmp_path: Path) ->
     for name in MUST_BE_ZERO:
         assert figures[name] == 0, (name, figures["examples"])
     assert figures["untrue_answers"] == 0 and figures["code"]["commit"]
+    assert figures["customers_not_told"] == figures["customers_told_twice"] == 0  # issue 38
+    assert figures["customers_told_wrongly"] == 0
     assert set(figures["code"]["product"]) == set(PRODUCT)  # the trees it ran, recorded
     # Every conversation was answered (no trip: they have no intent), through the server
     # as production runs it, killed once mid-run.

@@ -62,6 +62,10 @@ def test_a_small_chaos_run_repeats_nothing_loses_nothing_and_asks_nobody_unmeant
         }
     )
     assert flagged["task"] in why and "[misconfigured]" in why
+    # Issue 38: each customer whose trip was rejected (or undone) was told so, once.
+    told = ("customers_not_told", "customers_told_twice", "customers_told_wrongly")
+    assert {name: figures[name] for name in told} == dict.fromkeys(told, 0)
+    assert figures["customers_owed"] >= 2, figures  # the trips to full hotels were undone
     assert figures["business_duplicates_by_cause"] == {
         "from_faults": 0,
         "asked_twice": 0,

@@ -550,3 +550,19 @@ def test_a_renewal_a_person_compensates_is_refunded_and_its_customer_told_once(
     assert balanced(task, world)["refunds.create"] == 1
     told = payment_of(invoice=inv)
     assert told is not None and told.refunded and told.refunded_amount == 4900
+
+
+def test_a_trip_asked_for_twice_does_not_tell_its_traveller_the_booked_trip_was_cancelled(
+    fleet: Fleet, world: dict[str, SandboxHandle]
+) -> None:
+    """Issue 38 (found by the chaos run, seed 1): the same trip asked for a second time is
+    refused at its first step, since the first task holds that flight for that traveller; it
+    undoes nothing of its own and must not send the traveller "your trip was cancelled"
+    while the first task's trip stands."""
+    refs = trip_refs()
+    fleet.worker()
+    first = ended(task_start(kind="trip", goal="Lisbon", refs=refs))
+    assert first.status == "finished"
+    again = ended(task_start(kind="trip", goal="Lisbon", refs=copy.deepcopy(refs)))
+    assert cancellations(world, refs["invoice"]) == [], steps(again)
+    assert again.status in ("finished", "compensated"), again.status

@@ -26,6 +26,16 @@ Against the journal (or the naive loop's own record):
   (devtools.chaos.truth, the same check for both harnesses);
 - **journal_mismatch**: a step the journal calls done with no effect, or not done with one.
 
+The customers told (devtools.chaos.truth.customers_told), by the mail provider's ledger:
+
+- **customers_not_told**: a customer owed a closing message — a trip the plan rejected, or a
+  task that ended compensated whose kind declares a closing call with something to say —
+  that got none;
+- **customers_told_twice**: a customer sent two closing messages or more;
+- **customers_told_wrongly**: a closing message under the keys of a task that was not
+  compensated, to a customer nothing was undone for, or to one whose saga (a trip asked
+  for twice) finished and stands.
+
 Recovery (``recovery_s``): for each fault kind, how long from the fault hitting a task to the
 task moving again — for a provider fault, the step it hit settling (done, or not done for
 good); for a process fault, the first thing a runner writes for the task after it (counted

@@ -14,7 +14,7 @@ from devtools.chaos.audit.base import EXAMPLES, KEYED_FAULTS, Hit, Samples, summ
 from devtools.chaos.ledgers import Effect, Ledgers
 from devtools.chaos.naive import record_path
 from devtools.chaos.plan import Plan
-from devtools.chaos.truth import summaries_untrue
+from devtools.chaos.truth import customer_of, customers_told, summaries_untrue
 
 
 def naive_records(directory: Path, task_names: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -63,6 +63,32 @@ def audit_naive(
         key_prefix={name: f"naive:{name}:" for name in records},
         ledgers=ledgers,
     )
+    # The customers told, once, that what was done for them was undone: each trip its
+    # operator rejected, or that the loop undid (the kind declares a closing message; the
+    # loop has no closing call of its own, so it is counted as not telling them).
+    specs = {f"{plan.run}-{spec.n}": spec for spec in plan.tasks}
+    owed = {
+        customer_of(spec.refs["email"], spec.refs["invoice"])
+        for name, record in records.items()
+        if (spec := specs.get(name)) is not None
+        and spec.kind == "trip"
+        and (spec.decision == "reject" or record["outcome"] == "compensated")
+    }
+    told = customers_told(
+        owed=owed,
+        compensated={
+            f"naive:{name}:": record["outcome"] == "compensated" for name, record in records.items()
+        },
+        ledgers=ledgers,
+        standing={
+            customer_of(spec.refs["email"], spec.refs["invoice"])
+            for name, record in records.items()
+            if (spec := specs.get(name)) is not None
+            and spec.kind == "trip"
+            and record["outcome"] == "finished"
+        },
+    )
+
     # The model's slips, and what the loop did with them: a slipped call its framework
     # refused (the arguments do not fit the tool), or one it sent.
     slips: Counter[str] = Counter()
@@ -134,6 +160,10 @@ def audit_naive(
         "untrue_summaries": len(untrue),
         "journal_mismatch": None,
         "untrue_answers": None,
+        "customers_owed": told.owed,
+        "customers_not_told": len(told.not_told),
+        "customers_told_twice": len(told.twice),
+        "customers_told_wrongly": len(told.wrongly),
         "model_slips": dict(sorted(slips.items())),
         "outcomes": dict(Counter(r["outcome"] for r in records.values()) | {"lost": len(lost)}),
         "recovery_s": summary_of(samples),
@@ -146,6 +176,9 @@ def audit_naive(
                 ("compensation_mismatch", compensation),
                 ("dropped_intents", dropped),
                 ("untrue_summaries", untrue),
+                ("customers_not_told", told.not_told),
+                ("customers_told_twice", told.twice),
+                ("customers_told_wrongly", told.wrongly),
             )
             if items
         },

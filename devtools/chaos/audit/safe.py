@@ -5,18 +5,20 @@ ledgers (also the first half of the mcp harness's, whose intents start tasks of 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from agentops.kinds import kind_get
 from devtools.chaos.audit.base import EXAMPLES, Hit, summary_of
 from devtools.chaos.audit.recovery import journal_recovery
 from devtools.chaos.ledgers import EFFECTS, Effect, Ledgers
 from devtools.chaos.model import SLIPS
 from devtools.chaos.plan import REFUSAL, Plan
-from devtools.chaos.truth import summaries_untrue
+from devtools.chaos.truth import Customer, customer_of, customers_told, summaries_untrue
 from journal.models import Attention, Step, StepKind, Task, TaskStatus
 from journal.outcomes import StepState
 from journal.protocols import CORRECTABLE
+from journal.selectors import task_facts
 from journal.status import FINAL
 
 
@@ -144,6 +146,18 @@ def audit_journal(
         if t.status in (TaskStatus.FINISHED, TaskStatus.COMPENSATED) and pk not in finishes
     ]
 
+    # The customers told, once, that what was done for them was undone.
+    told = customers_told(
+        owed=closings_owed(plan, tasks.values()),
+        compensated={f"ao:{pk}:": t.status == TaskStatus.COMPENSATED for pk, t in tasks.items()},
+        ledgers=ledgers,
+        standing={
+            customer_of(t.refs.get("email"), t.refs.get("invoice"))
+            for t in tasks.values()
+            if t.status == TaskStatus.FINISHED and t.plan and isinstance(t.refs, dict)
+        },
+    )
+
     # The model's slips, and what the harness answered (a refusal: nothing was sent).
     slips: Counter[str] = Counter()
     unwound: set[str] = set()
@@ -180,6 +194,10 @@ def audit_journal(
         "untrue_summaries": len(untrue),
         "journal_mismatch": len(mismatch) + len(strangers),
         "untrue_answers": None,  # no agent is answered (the mcp harness's: audit_mcp)
+        "customers_owed": told.owed,
+        "customers_not_told": len(told.not_told),
+        "customers_told_twice": len(told.twice),
+        "customers_told_wrongly": len(told.wrongly),
         "model_slips": dict(sorted(slips.items())),
         "outcomes": dict(sorted(outcomes.items())),
         "recovery_s": summary_of(samples),
@@ -198,7 +216,32 @@ def audit_journal(
                 ("dropped_intents", dropped),
                 ("untrue_summaries", untrue),
                 ("journal_mismatch", mismatch + strangers),
+                ("customers_not_told", told.not_told),
+                ("customers_told_twice", told.twice),
+                ("customers_told_wrongly", told.wrongly),
             )
             if items
         },
     }
+
+
+def closings_owed(plan: Plan, tasks: Iterable[Task]) -> set[Customer]:
+    """The customers the journal's ``tasks`` owe a closing message: each trip of the plan
+    that ran here and that its operator rejects (the plan says so, whatever the journal
+    says), and each task that ended compensated whose kind's closing call has something to
+    say (a trip cancelled; a renewal whose charge a person's compensation refunded)."""
+    ran = list(tasks)
+    invoices = {str(t.refs.get("invoice")) for t in ran if isinstance(t.refs, dict)}
+    owed = {
+        customer_of(spec.refs["email"], spec.refs["invoice"])
+        for spec in plan.tasks
+        if spec.decision == "reject" and spec.refs.get("invoice") in invoices
+    }
+    for task in ran:
+        closing = kind_get(task.kind).closing
+        if task.status != TaskStatus.COMPENSATED or closing is None:
+            continue
+        args = closing.args(task.refs, task_facts(task=task))
+        if args is not None:
+            owed.add(customer_of(args.get("to"), args.get("reference")))
+    return owed
