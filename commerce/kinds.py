@@ -228,7 +228,9 @@ def _trip_cancel_told(refs: Mapping[str, Any], facts: TaskFacts) -> Followup | N
     held = any(s.offsets is not None and s.state == StepState.DONE for s in facts.steps)
     if not (held or _emailed(facts) or _refunded(facts)):
         return None
-    return _notice(refs, _trip_cancelled(refs, facts))
+    # None when another task holds the trip's effects and tells the traveller itself.
+    message = _trip_cancelled(refs, facts)
+    return _notice(refs, message) if message is not None else None
 
 
 def _renewal_cancel_told(refs: Mapping[str, Any], facts: TaskFacts) -> Followup | None:
