@@ -47,7 +47,28 @@ class PaymentRefused(Exception):
         self.operator = operator or message
 
 
-class RetryThrottled(PaymentRefused):
+class _Throttled:
+    """Asked too often in a short while: nothing was done, and may be asked again after
+    ``retry_at``. Its ``SENTENCE`` ends with that time, rounded up to the minute, so "after
+    14:06" is never a minute early (the page writes the time itself, in the reader's order
+    and zone: customer_time)."""
+
+    SENTENCE = ""
+    retry_at: datetime
+    shown_at: datetime
+
+    def _told(self, retry_at: datetime) -> str:
+        shown = (retry_at + timedelta(seconds=59)).replace(second=0, microsecond=0)
+        self.retry_at, self.shown_at = retry_at, shown
+        return f"{self.SENTENCE} {date_text(shown, order='dmy')}."
+
+    @property
+    def retry_after(self) -> int:
+        """Seconds until it may be asked again (the Retry-After header)."""
+        return max(1, math.ceil((self.retry_at - timezone.now()).total_seconds()))
+
+
+class RetryThrottled(_Throttled, PaymentRefused):
     """The customer tried too often in a short while; nothing was started."""
 
     SENTENCE = (
@@ -56,16 +77,7 @@ class RetryThrottled(PaymentRefused):
     )
 
     def __init__(self, *, retry_at: datetime) -> None:
-        # Rounded up to the minute, so "after 14:06" is never a minute early.
-        shown = (retry_at + timedelta(seconds=59)).replace(second=0, microsecond=0)
-        # The page writes the time itself, in the reader's order and zone (customer_time).
-        super().__init__(f"{self.SENTENCE} {date_text(shown, order='dmy')}.")
-        self.retry_at, self.shown_at = retry_at, shown
-
-    @property
-    def retry_after(self) -> int:
-        """Seconds until a retry may be accepted again (the Retry-After header)."""
-        return max(1, math.ceil((self.retry_at - timezone.now()).total_seconds()))
+        super().__init__(self._told(retry_at))
 
 
 def payment_retry(*, invoice: str, actor: str, reason: str = "", payment_method: str = "") -> Task:
@@ -214,7 +226,7 @@ LINK_ANSWER = (
 )
 
 
-class LinkThrottled(Exception):
+class LinkThrottled(_Throttled, Exception):
     """Too many fresh links were asked for this invoice lately; nothing was sent."""
 
     SENTENCE = (
@@ -223,13 +235,7 @@ class LinkThrottled(Exception):
     )
 
     def __init__(self, *, retry_at: datetime) -> None:
-        shown = (retry_at + timedelta(seconds=59)).replace(second=0, microsecond=0)
-        super().__init__(f"{self.SENTENCE} {date_text(shown, order='dmy')}.")
-        self.retry_at, self.shown_at = retry_at, shown
-
-    @property
-    def retry_after(self) -> int:
-        return max(1, math.ceil((self.retry_at - timezone.now()).total_seconds()))
+        super().__init__(self._told(retry_at))
 
 
 def link_resend(*, invoice: str, task_id: str) -> None:
