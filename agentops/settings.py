@@ -13,7 +13,6 @@ from datetime import timedelta
 from ipaddress import ip_network
 from pathlib import Path
 
-import dj_database_url
 from django.core.checks.security.base import (
     SECRET_KEY_INSECURE_PREFIX,
     SECRET_KEY_MIN_LENGTH,
@@ -23,6 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from agentops import shared_settings
 from agentops.conf import Section
+from agentops.database_url import database_settings
 from agentops.logs import LogFormatRefused, logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -215,7 +215,9 @@ DATABASE_URL = _data.text(
     "DATABASE_URL",
     "",
     "PostgreSQL as this process connects to it, `postgres://user:pass@host:port/db`: its "
-    "kind's role, which owns nothing. The app refuses to start without it.",
+    "kind's role, which owns nothing. The app refuses to start without it. A primary that "
+    "fails over: name every node, `postgres://user:pass@a:5432,b:5432/db"
+    "?target_session_attrs=read-write` (libpq keeps the one that takes writes).",
     shown="started by `make run` / `make test` (the web server as `agentops_web`, the workers "
     "and the sweeper as `agentops_worker`; `make test`, `stack.py manage` and the launcher's "
     "own steps as `agentops_app`, which is both)",
@@ -226,7 +228,8 @@ if not DATABASE_URL:
         "DATABASE_URL is not set. `make run` and `make test` start an embedded PostgreSQL and "
         "set it for you; to use your own server, export DATABASE_URL=postgres://user:pass@host/db"
     )
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# One host, or several (a primary that fails over: docs/operating/many-machines.md).
+DATABASES = {"default": database_settings(DATABASE_URL, conn_max_age=60)}
 # The role that owns the tables and runs migrations (agentops/dbroles.py). Give it only to
 # `manage.py migrate`: every other process connects as DATABASE_URL's role, which owns
 # nothing and may write the journal only through the functions its kind of process calls.
@@ -241,7 +244,7 @@ DATABASE_OWNER_URL = _data.text(
     kind="url",
 )
 if DATABASE_OWNER_URL:
-    DATABASES["owner"] = dj_database_url.parse(DATABASE_OWNER_URL, conn_max_age=0)
+    DATABASES["owner"] = database_settings(DATABASE_OWNER_URL, conn_max_age=0)
 
 
 def _database_roles(text: str) -> dict[str, tuple[str, ...]]:
