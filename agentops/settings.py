@@ -174,6 +174,9 @@ MIDDLEWARE = [
     # caller itself: an allowed address or a token (agentops/telemetry/exposition.py).
     "agentops.telemetry.exposition.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # A view that lost its database (a failover) answers 503 with a sentence, not a 500
+    # (agentops/unavailable.py; a middleware's such error goes through handler500).
+    "agentops.unavailable.DatabaseUnavailableMiddleware",
     # Static files from the app itself (the admin's CSS), compressed and cached forever.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -285,6 +288,14 @@ DATABASE_ROUTERS = ["agentops.dbroles.MigrationRouter"]
 for _alias, _db in DATABASES.items():
     if _db["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured("agentops needs PostgreSQL (its journal relies on triggers)")
+
+DATABASE_RETRY_AFTER_SECONDS = _data.seconds(
+    "DATABASE_RETRY_AFTER_SECONDS",
+    10,
+    "While the database cannot be reached or is not the primary (a failover), the pages and "
+    "the HTTP API answer 503 with `Retry-After` set to this; about the time a failover takes "
+    "(Patroni's `ttl`).",
+)
 
 # Redis is only a doorbell: losing it loses no work (docs/design.md §4).
 REDIS_URL = _data.text(
