@@ -1,0 +1,280 @@
+"""The primary dies in the middle of charges; Patroni promotes the synchronous standby (issue 36).
+
+A real cluster (devtools/cluster: etcd and two Patroni nodes over the project's PostgreSQL),
+migrated as production is; a real RQ worker and the sweeper, connected through the multi-host
+DATABASE_URL as the worker role; renewals charging through the `stripe` library against the
+payments sandbox. The leader's Patroni and postmaster are killed (SIGKILL) once some charges
+have settled and others are still to come. Then:
+
+- every task finishes;
+- each invoice was charged exactly once (the payments sandbox's ledger);
+- no step that the primary had shown committed before it died is missing or changed after
+  the failover (with synchronous replication a commit is visible only once the standby has
+  it);
+- the time from the primary's death to the next committed step is measured and printed.
+
+This test does not touch the test run's own database: everything it reads, it reads from the
+cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from agentops.workers import WORKER_ARGS
+from devtools.cluster import Cluster, patronictl_list
+from devtools.process import REPO, Popen, ProcessError, end, spawn, wait_until
+from devtools.stack.postgres import APP_ROLE, DATABASE_ROLES, OWNER_ROLE, WEB_ROLE, WORKER_ROLE
+from tests.agentops.sandboxed import sandbox_settings
+from tests.sandbox.fixtures import SandboxHandle
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
+
+TASKS = 12
+# Each charge is in flight this long at the provider, so the run is still charging when the
+# primary dies.
+CHARGE_LATENCY = 0.3
+# Killed once this many charges are settled.
+KILL_AFTER = 3
+# Generous: a failover takes about Patroni's ttl (10 s); a task a second or so.
+FINISH_TIMEOUT = 150.0
+MIGRATE_TIMEOUT = 180.0
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    with Cluster.running() as running:
+        yield running
+
+
+def _env(cluster: Cluster, role: str, **extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentops.settings_test",
+        "DATABASE_ROLES": DATABASE_ROLES,
+        "DATABASE_URL": cluster.url(role=role),
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
+    for name in (
+        "DATABASE_OWNER_URL",
+        "DATABASE_WEB_URL",
+        "DATABASE_WORKER_URL",
+        "AGENTOPS_DEVTOOLS",
+        "AGENTOPS_TOOL_WRAPPERS",
+        "AGENTOPS_CHAOS_KILL",
+        "DJANGO_ALLOW_ASYNC_UNSAFE",
+    ):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def _manage(env: dict[str, str], *argv: str, timeout: float, log: Path) -> str:
+    """``manage.py argv`` to its end; its standard output (its log to `log`)."""
+    with log.open("ab") as err:
+        result = subprocess.run(  # noqa: S603 - our own manage.py
+            [sys.executable, "manage.py", *argv],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            timeout=timeout,
+            check=False,
+        )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"manage.py {' '.join(argv)} exited {result.returncode}:\n{log.read_text()[-3000:]}"
+        )
+    return result.stdout.decode()
+
+
+class Observer:
+    """Reads the cluster as its owner through the multi-host URL, a new connection each time
+    (a connection to the old primary dies with it); None while no primary answers."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.url = cluster.url(role=OWNER_ROLE)
+
+    def rows(self, query: str, params: Any = None) -> list[tuple[Any, ...]] | None:
+        try:
+            with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as conn:
+                return conn.execute(query, params).fetchall()
+        except psycopg.OperationalError:
+            return None
+
+    def steps(self) -> dict[str, str] | None:
+        """Every step's id and state, as committed."""
+        rows = self.rows("SELECT id::text, state FROM journal_step")
+        return None if rows is None else {str(i): str(s) for i, s in rows}
+
+
+START_SCRIPT = """
+import json
+from agentops.effects import task_start
+ids = []
+for inv in json.loads({invoices!r}):
+    task = task_start(
+        kind="renewal",
+        goal=f"Renew the subscription: charge {{inv}}, email the receipt",
+        refs={{"invoice": inv, "amount": 4900, "currency": "usd", "email": "ada@example.com"}},
+    )
+    ids.append(str(task.pk))
+print("TASKS " + json.dumps(ids))
+"""
+
+
+def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
+    cluster: Cluster,
+    payments_sandbox: SandboxHandle,
+    mail_sandbox: SandboxHandle,
+    bookings_sandbox: SandboxHandle,
+    clean_faults: None,
+    tmp_path: Path,
+) -> None:
+    import django_rq
+
+    # Jobs other tests left in this run's Redis name tasks of another database.
+    django_rq.get_connection("default").flushdb()
+    tools = {
+        k: str(v)
+        for k, v in sandbox_settings(payments_sandbox, mail_sandbox, bookings_sandbox).items()
+    }
+    # The tools' settings as the fleet of tests/agentops/workers.py has them: short calls,
+    # within the tests' two-second lease (a start-up check of every command).
+    tools["TOOL_TIMEOUT_SECONDS"] = "0.5"
+    started = time.monotonic()
+    _manage(
+        _env(cluster, APP_ROLE, DATABASE_OWNER_URL=cluster.url(role=OWNER_ROLE), **tools),
+        "migrate",
+        "-v0",
+        timeout=MIGRATE_TIMEOUT,
+        log=tmp_path / "migrate.log",
+    )
+    print(f"cluster migrated in {time.monotonic() - started:.1f}s")
+    payments_sandbox.client.fault(
+        "payment_intents.create", "latency_before_effect", delay=CHARGE_LATENCY, times=None
+    )
+    worker_env = _env(
+        cluster,
+        WORKER_ROLE,
+        **tools,
+        RECONCILE_SCHEDULE="0.2,0.3,0.5,0.5,1,1,2,2,2",
+        SWEEP_GRACE_SECONDS="1",
+    )
+    procs: list[Popen] = []
+    try:
+        procs.append(
+            spawn(
+                [sys.executable, "manage.py", *WORKER_ARGS],
+                env=worker_env,
+                output=tmp_path / "worker.log",
+            )
+        )
+        procs.append(
+            spawn(
+                [sys.executable, "manage.py", "sweep", "--interval", "0.3"],
+                env=worker_env,
+                output=tmp_path / "sweeper.log",
+            )
+        )
+        invoices = [f"INV-{uuid.uuid4().hex[:10]}" for _ in range(TASKS)]
+        out = _manage(
+            _env(cluster, WEB_ROLE, **tools),
+            "shell",
+            "-c",
+            START_SCRIPT.format(invoices=json.dumps(invoices)),
+            timeout=120,
+            log=tmp_path / "start.log",
+        )
+        task_ids = json.loads(out.split("TASKS ", 1)[1])
+        assert len(task_ids) == TASKS
+
+        observer = Observer(cluster)
+        settled_charges = (
+            "SELECT count(*) FROM journal_step WHERE tool = 'charge_customer' AND state = 'done'"
+        )
+
+        def charges_done() -> int:
+            rows = observer.rows(settled_charges)
+            return -1 if rows is None else int(rows[0][0])
+
+        wait_until(
+            lambda: charges_done() >= KILL_AFTER,
+            what=f"{KILL_AFTER} charges to settle",
+            timeout=FINISH_TIMEOUT,
+            proc=procs[0],
+        )
+        before = observer.steps()
+        assert before is not None
+        dead = cluster.kill_primary()
+        killed_at = time.monotonic()
+        done_before = sum(1 for state in before.values() if state == "done")
+
+        # The next step committed after the primary's death: a new step, or one settled.
+        def next_commit() -> bool:
+            now = observer.steps()
+            return now is not None and any(before.get(i) != s for i, s in now.items())
+
+        wait_until(next_commit, what="a step committed after the failover", timeout=90)
+        recovered = time.monotonic() - killed_at
+        leader = cluster.wait_for_leader(other_than=dead, timeout=30)
+        print(
+            f"primary {dead.name} killed with {done_before} steps done "
+            f"({len(before)} recorded); the next step committed {recovered:.1f}s later, "
+            f"on {leader.name}\n{patronictl_list(leader)}"
+        )
+
+        def all_ended() -> bool:
+            rows = observer.rows(
+                "SELECT count(*) FROM journal_task WHERE id::text = ANY(%s) "
+                "AND status IN ('finished', 'needs_human')",
+                [task_ids],
+            )
+            return rows is not None and int(rows[0][0]) == TASKS
+
+        try:
+            wait_until(all_ended, what="every task to end", timeout=FINISH_TIMEOUT)
+        except ProcessError:
+            tail = (tmp_path / "worker.log").read_text()[-4000:]
+            raise AssertionError(f"not every task ended; the worker's log ends:\n{tail}") from None
+
+        statuses = observer.rows(
+            "SELECT id::text, status FROM journal_task WHERE id::text = ANY(%s)", [task_ids]
+        )
+        assert statuses is not None
+        assert {s for _, s in statuses} == {"finished"}, statuses
+
+        # Nothing the primary showed committed before it died is missing or changed after.
+        after = observer.steps()
+        assert after is not None
+        missing = {i for i in before if i not in after}
+        assert not missing, f"steps committed before the failover are gone: {missing}"
+        settled_before = {i: s for i, s in before.items() if s != "pending"}
+        changed = {i: (s, after[i]) for i, s in settled_before.items() if after[i] != s}
+        assert not changed, f"steps settled before the failover changed: {changed}"
+
+        # Exactly one charge per invoice, as the provider's ledger has it: every charge made
+        # for the invoice (its metadata names it), whatever key it came with.
+        made = payments_sandbox.client.ledger(operation="payment_intents.create")
+        charges = {inv: [e for e in made if inv in json.dumps(e.get("params"))] for inv in invoices}
+        counts = {inv: len(entries) for inv, entries in charges.items()}
+        assert counts == dict.fromkeys(invoices, 1), counts
+        print(
+            f"{TASKS} renewals finished, one charge each; "
+            f"recovery after the primary's death: {recovered:.1f}s"
+        )
+    finally:
+        end(*procs, timeout=10, signum=signal.SIGKILL)
