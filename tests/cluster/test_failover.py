@@ -121,6 +121,25 @@ class Observer:
         return None if rows is None else {str(i): str(s) for i, s in rows}
 
 
+def worker_saw(log: Path) -> dict[str, str]:
+    """Each step the worker logged a committed move of, by its key: the state it saw it
+    settled in ("" if it saw it recorded only)."""
+    seen: dict[str, str] = {}
+    for line in log.read_text().splitlines():
+        try:
+            fields = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(fields, dict) or "step_key" not in fields:
+            continue
+        key = str(fields["step_key"])
+        if fields.get("event") == "settled":
+            seen[key] = str(fields.get("state", ""))
+        else:
+            seen.setdefault(key, "")
+    return seen
+
+
 START_SCRIPT = """
 import json
 from agentops.effects import task_start
@@ -203,17 +222,21 @@ def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
         assert len(task_ids) == TASKS
 
         observer = Observer(cluster)
-        settled_charges = (
-            "SELECT count(*) FROM journal_step WHERE tool = 'charge_customer' AND state = 'done'"
+        # Killed in the middle of the charges: some settled, one in flight at the provider
+        # (recorded, its outcome not yet committed), others still to come.
+        in_flight = (
+            "SELECT count(*) FILTER (WHERE state = 'done'), "
+            "count(*) FILTER (WHERE state = 'pending') "
+            "FROM journal_step WHERE tool = 'charge_customer'"
         )
 
-        def charges_done() -> int:
-            rows = observer.rows(settled_charges)
-            return -1 if rows is None else int(rows[0][0])
+        def mid_charges() -> bool:
+            rows = observer.rows(in_flight)
+            return rows is not None and rows[0][0] >= KILL_AFTER and rows[0][1] >= 1
 
         wait_until(
-            lambda: charges_done() >= KILL_AFTER,
-            what=f"{KILL_AFTER} charges to settle",
+            mid_charges,
+            what=f"{KILL_AFTER} charges settled and one in flight",
             timeout=FINISH_TIMEOUT,
             proc=procs[0],
         )
@@ -222,6 +245,7 @@ def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
         dead = cluster.kill_primary()
         killed_at = time.monotonic()
         done_before = sum(1 for state in before.values() if state == "done")
+        pending_before = sum(1 for state in before.values() if state == "pending")
 
         # The next step committed after the primary's death: a new step, or one settled.
         def next_commit() -> bool:
@@ -232,8 +256,8 @@ def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
         recovered = time.monotonic() - killed_at
         leader = cluster.wait_for_leader(other_than=dead, timeout=30)
         print(
-            f"primary {dead.name} killed with {done_before} steps done "
-            f"({len(before)} recorded); the next step committed {recovered:.1f}s later, "
+            f"primary {dead.name} killed with {done_before} steps done, {pending_before} in "
+            f"flight ({len(before)} recorded); the next step committed {recovered:.1f}s later, "
             f"on {leader.name}\n{patronictl_list(leader)}"
         )
 
@@ -265,6 +289,21 @@ def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
         settled_before = {i: s for i, s in before.items() if s != "pending"}
         changed = {i: (s, after[i]) for i, s in settled_before.items() if after[i] != s}
         assert not changed, f"steps settled before the failover changed: {changed}"
+
+        # Nothing the worker saw committed is missing either: it logs what each move did once
+        # the move returned (agentops/telemetry/steps.py), a run that lost its database
+        # included (what returned before the loss).
+        seen = worker_saw(tmp_path / "worker.log")
+        assert seen, "the worker logged no step"
+        keys = observer.rows(
+            "SELECT key, state FROM journal_step WHERE task_id::text = ANY(%s)", [task_ids]
+        )
+        assert keys is not None
+        final = dict(keys)
+        lost = {k: s for k, s in seen.items() if k not in final}
+        assert not lost, f"steps the worker saw committed are gone: {lost}"
+        unsettled = {k: (s, final[k]) for k, s in seen.items() if s and final[k] != s}
+        assert not unsettled, f"steps the worker saw settled are not so now: {unsettled}"
 
         # Exactly one charge per invoice, as the provider's ledger has it: every charge made
         # for the invoice (its metadata names it), whatever key it came with.
