@@ -356,7 +356,8 @@ class Cluster:
         writes (the primary), so after a failover a new connection finds the new one."""
         return (
             f"postgres://{role}:{self.password(role)}@{self.hosts()}/{database}"
-            "?target_session_attrs=read-write"
+            # A host that died may not even refuse: give up on it after a few seconds.
+            "?target_session_attrs=read-write&connect_timeout=3"
         )
 
     def _postgres(self, node: Node) -> Postgres:

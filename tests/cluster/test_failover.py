@@ -19,11 +19,14 @@ cluster.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,9 +36,19 @@ from typing import Any
 import psycopg
 import pytest
 
+from agentops.unavailable import SENTENCE
 from agentops.workers import WORKER_ARGS
 from devtools.cluster import Cluster, patronictl_list
-from devtools.process import REPO, Popen, ProcessError, end, spawn, wait_until
+from devtools.process import (
+    REPO,
+    Popen,
+    ProcessError,
+    accepts_tcp,
+    end,
+    free_port,
+    spawn,
+    wait_until,
+)
 from devtools.stack.postgres import APP_ROLE, DATABASE_ROLES, OWNER_ROLE, WEB_ROLE, WORKER_ROLE
 from tests.agentops.sandboxed import sandbox_settings
 from tests.sandbox.fixtures import SandboxHandle
@@ -51,6 +64,8 @@ KILL_AFTER = 3
 # Generous: a failover takes about Patroni's ttl (10 s); a task a second or so.
 FINISH_TIMEOUT = 150.0
 MIGRATE_TIMEOUT = 180.0
+# How often the web server is asked while the test runs.
+PROBE_INTERVAL = 0.2
 
 
 @pytest.fixture
@@ -140,6 +155,52 @@ def worker_saw(log: Path) -> dict[str, str]:
     return seen
 
 
+class WebProbe(threading.Thread):
+    """Asks the web server, over HTTP, for the API (with a token it does not know) and a page
+    (with a session it does not know), again and again until stopped: each answer's time,
+    status and what a 503 said."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.answers: list[dict[str, Any]] = []
+        self.stopped = threading.Event()
+
+    def _get(self, path: str, **headers: str) -> tuple[int, str, str]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request("GET", path, headers={"Host": "127.0.0.1", **headers})
+            reply = conn.getresponse()
+            return reply.status, reply.getheader("Retry-After") or "", reply.read().decode()
+        except OSError as error:
+            return 0, "", str(error)
+        finally:
+            conn.close()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            api = self._get("/api/v1/tasks", Authorization="Bearer ao_live_unknown")
+            page = self._get("/", Cookie="sessionid=" + "x" * 32)
+            self.answers.append({"at": time.monotonic(), "api": api, "page": page})
+            self.stopped.wait(PROBE_INTERVAL)
+
+    def stop(self) -> list[dict[str, Any]]:
+        self.stopped.set()
+        self.join(timeout=60)
+        return self.answers
+
+
+def compress(statuses: list[int]) -> str:
+    """``401×3, 503×40, 401×1``."""
+    runs: list[list[int]] = []
+    for status in statuses:
+        if runs and runs[-1][0] == status:
+            runs[-1][1] += 1
+        else:
+            runs.append([status, 1])
+    return ", ".join(f"{s}×{n}" for s, n in runs)
+
+
 START_SCRIPT = """
 import json
 from agentops.effects import task_start
@@ -186,6 +247,16 @@ def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
     payments_sandbox.client.fault(
         "payment_intents.create", "latency_before_effect", delay=CHARGE_LATENCY, times=None
     )
+    web_env = _env(
+        cluster,
+        WEB_ROLE,
+        **tools,
+        DJANGO_SETTINGS_MODULE="agentops.settings",
+        DJANGO_DEBUG="0",
+        DJANGO_HTTPS="0",
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        DJANGO_STATIC_ROOT=str(tmp_path / "static"),
+    )
     worker_env = _env(
         cluster,
         WORKER_ROLE,
@@ -194,6 +265,7 @@ def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
         SWEEP_GRACE_SECONDS="1",
     )
     procs: list[Popen] = []
+    probe: WebProbe | None = None
     try:
         procs.append(
             spawn(
@@ -209,6 +281,26 @@ def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
                 output=tmp_path / "sweeper.log",
             )
         )
+        # The web server as production runs it (gunicorn, DEBUG off, the web role), asked
+        # over HTTP from before the kill to the end.
+        subprocess.run(  # noqa: S603 - our own manage.py
+            [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
+            cwd=REPO,
+            env=web_env,
+            check=True,
+            timeout=120,
+        )
+        web_port = free_port()
+        web = spawn(
+            [sys.executable, "-m", "gunicorn", "-c", "python:agentops.gunicorn_conf"]
+            + ["--bind", f"127.0.0.1:{web_port}", "--workers", "1"],
+            env=web_env,
+            output=tmp_path / "web.log",
+        )
+        procs.append(web)
+        wait_until(lambda: accepts_tcp(web_port), what="gunicorn", timeout=60, proc=web)
+        probe = WebProbe(web_port)
+        probe.start()
         invoices = [f"INV-{uuid.uuid4().hex[:10]}" for _ in range(TASKS)]
         out = _manage(
             _env(cluster, WEB_ROLE, **tools),
@@ -275,6 +367,29 @@ def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
             tail = (tmp_path / "worker.log").read_text()[-4000:]
             raise AssertionError(f"not every task ended; the worker's log ends:\n{tail}") from None
 
+        # Meanwhile the web server said 503 with a sentence and Retry-After, never a 500 nor
+        # a traceback, and answered as before once the new primary took over: the API 401 (a
+        # token it does not know), a page a redirect to the login (a session it does not know).
+        answers = probe.stop()
+        api = [a["api"][0] for a in answers]
+        page = [a["page"][0] for a in answers]
+        print(f"the web server answered {compress(api)} (API) and {compress(page)} (a page)")
+        assert set(api) == {401, 503} and set(page) == {302, 503}, answers[-5:]
+        assert (api[0], page[0], api[-1], page[-1]) == (401, 302, 401, 302)
+        for answer in answers:
+            for side in ("api", "page"):
+                status, retry_after, body = answer[side]
+                if status == 503:
+                    assert retry_after == "10", answer
+                    assert SENTENCE in (json.loads(body)["detail"] if side == "api" else body)
+                    assert "Traceback" not in body
+        unavailable = [a["at"] for a in answers if 503 in (a["api"][0], a["page"][0])]
+        web_back = max(unavailable) - killed_at
+        print(
+            f"the web server answered 503 from {min(unavailable) - killed_at:.1f}s to "
+            f"{web_back:.1f}s after the primary's death"
+        )
+
         statuses = observer.rows(
             "SELECT id::text, status FROM journal_task WHERE id::text = ANY(%s)", [task_ids]
         )
@@ -316,4 +431,6 @@ def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
             f"recovery after the primary's death: {recovered:.1f}s"
         )
     finally:
+        if probe is not None:
+            probe.stop()
         end(*procs, timeout=10, signum=signal.SIGKILL)
