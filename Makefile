@@ -13,7 +13,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # The browser tests drive Debian's Chromium (never one a tool downloads).
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test docs bench soak chaos promtool patroni
+.PHONY: run test docs bench soak chaos promtool patroni systemd-analyze
 
 run: $(STAMP)
 	$(VENV)/bin/python scripts/stack.py run
@@ -23,7 +23,7 @@ run: $(STAMP)
 # nothing listens on port 1, and makemigrations' check of the applied history, which it
 # skips with a warning when it cannot connect, is left out quietly.
 NO_DATABASE := DJANGO_DEBUG=1 DATABASE_URL=postgres://typecheck@127.0.0.1:1/typecheck
-test: $(STAMP) $(CHROMIUM) promtool patroni
+test: $(STAMP) $(CHROMIUM) promtool patroni systemd-analyze
 	$(VENV)/bin/ruff check .
 	$(NO_DATABASE) $(VENV)/bin/mypy .
 	$(VENV)/bin/lint-imports --no-cache
@@ -106,3 +106,15 @@ $(STAMP): pyproject.toml
 $(BENCH_STAMP): $(STAMP)
 	$(VENV)/bin/pip install -e '.[dev,bench]'
 	touch $@
+
+# The deployment recipe's tests score the systemd units' hardening with systemd-analyze
+# (Debian's systemd package): installed when missing, as root (CI is); otherwise say how.
+systemd-analyze:
+	@if ! command -v systemd-analyze >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null; \
+		else \
+			echo "the deployment recipe's tests need systemd-analyze: sudo apt-get install systemd"; \
+			exit 1; \
+		fi; \
+	fi

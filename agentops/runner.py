@@ -25,6 +25,7 @@ from agentops.doorbell import RANG_KEY, run_queue, task_ring
 from agentops.kinds import kind_get, planner_bound, rules_for, tools_for
 from agentops.planners import planner_get
 from agentops.telemetry.steps import run_observed
+from agentops.version import runner_name
 from journal.models import Task, TaskStatus
 from journal.policy import Policy
 from journal.run import Advance, DatabaseLost, task_advance, task_take, task_unbuildable
@@ -53,7 +54,7 @@ def task_run(*, task_id: UUID) -> Advance:
     (``DatabaseLost``), after the lease is given back as soon as the database answers
     again, and the task is rung for at once; runs that keep failing are bounded.
     """
-    owner = f"{socket.gethostname()}:{os.getpid()}"
+    owner = runner_name(socket.gethostname(), os.getpid())
     # The lease and what the runner is built from, in one statement.
     taken = task_take(task_id=task_id, owner=owner)
     if taken is None:

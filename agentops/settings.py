@@ -24,6 +24,7 @@ from agentops import shared_settings
 from agentops.conf import Section
 from agentops.database_url import database_settings
 from agentops.logs import LogFormatRefused, logging_config
+from agentops.version import running_version
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -889,6 +890,9 @@ elif not DEBUG and not set(ALLOWED_HOSTS) <= LOOPBACK_HOSTS:
 # key, tool and state; `make run` sets LOG_FORMAT=text for its terminal.
 LOG_FORMAT = shared_settings.log_format()
 LOG_LEVEL = shared_settings.log_level()
+# Which code this process runs (agentops/version.py): on the lease of every task it runs and
+# in /metrics, so that a rolling deploy's two versions can be told apart.
+AGENTOPS_VERSION = running_version()
 try:
     LOGGING = logging_config(fmt=LOG_FORMAT, level=LOG_LEVEL)
 except LogFormatRefused as refused:

@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from journal.entries import note
 from journal.events import StepEvent, step_event
 from journal.leases import Lease
-from journal.models import Attention, EntryKind, Step
+from journal.models import Attention, Entry, EntryKind, Step
 from journal.outcomes import (
     SETTLED_STATES,
     Interrupted,
@@ -205,6 +205,17 @@ def _lookup_told(step: Step, fact: dict[str, Any] | None, *, state: str) -> list
     return [step_event("lookup", step, state=state, result=result)]
 
 
+def _who_ran(step: Step, lease: Lease) -> str:
+    """Who recorded ``step`` (its runner, with the version it ran, as its record's entry
+    says) and who runs it now: what an operator needs after a deploy changed its tool."""
+    by = (
+        Entry.objects.filter(task_id=step.task_id, step_id=step.pk, kind=EntryKind.STEP_RECORDED)
+        .values_list("data__by", flat=True)
+        .first()
+    )
+    return f"recorded by {by or 'a runner that did not say which'}, run now by {lease.owner}"
+
+
 def step_reconcile(
     *, lease: Lease, step: Step, tool: Tool | None, policy: Policy = DEFAULT_POLICY
 ) -> StepState:
@@ -225,7 +236,9 @@ def step_reconcile(
             step_id=step.pk,
             code=Attention.TOOL_MISSING,
             reason=f"step {step.key} is {fresh.state} and its tool {step.tool!r} is not "
-            "available to look it up",
+            f"available to look it up: {_who_ran(fresh, lease)}, which has no tool of that "
+            "name (renamed or removed since?). Nothing was sent again: run a version that has "
+            "it, or find out at the provider and settle the step by hand",
         )
         return StepState(fresh.state)
     found: Outcome | None = None
@@ -262,6 +275,21 @@ def step_reconcile(
         )
         return StepState(found.state)
     if verdict.next == Next.RETRY:
+        refused = tool.validate(fresh.args)
+        if refused:
+            # The frozen arguments go again under the same key, or not at all: a tool whose
+            # schema changed since (a deploy) never gets them rewritten, and never a new key.
+            task_flag(
+                lease=lease,
+                step_id=step.pk,
+                code=Attention.TOOL_MISSING,
+                reason=f"step {fresh.key} ({fresh.tool}) is {fresh.state} and would be sent "
+                f"again with its frozen arguments, which {fresh.tool} refuses now "
+                f"({refused[0]}): {_who_ran(fresh, lease)}. Nothing was sent again: run a "
+                "version whose tool takes them, or find out at the provider and settle the "
+                "step by hand",
+            )
+            return StepState(fresh.state)
         try:
             step_attempt_start(
                 lease=lease,

@@ -243,9 +243,11 @@ def step_record(
         "args": checked.args_text if checked.args_text is not None else args,
         "decision": raw_text if raw_text is not None else raw,
         # The step's row holds what was decided, frozen (its tool, arguments, object, once,
-        # undo link, retries): its entry says only that it was recorded, with its key and its
-        # first attempt (journal_record adds them), not all of that a second time.
-        "entry": {},
+        # undo link, retries): its entry says only that it was recorded, by which runner (its
+        # lease's owner: where it ran and which version, so that a step resumed after a deploy
+        # can say who recorded it), with its key and its first attempt (journal_record adds
+        # them), not all of that a second time.
+        "entry": {"by": lease.owner},
         "forward": undo_of is None and not closing,
         "cost": str(tool.cost),
         "guard": guard,

@@ -128,6 +128,8 @@ def metrics_response(request: HttpRequest) -> HttpResponse:
         log.warning("metrics refused to %s: %s", client_ip(request), refused.status_code)
         return refused
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    # The process answering is a web server's, alive and running its version now.
+    instruments.version_seen(instruments.WEB)
     response = HttpResponse(encoder(scrape_registry()), content_type=content_type)
     response["Cache-Control"] = "no-store"
     return response

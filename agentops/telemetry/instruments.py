@@ -20,6 +20,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from agentops import version
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 STEPS = Counter(
@@ -131,10 +133,30 @@ HEARTBEAT = Gauge(
     registry=REGISTRY,
 )
 
+VERSION_SEEN = Gauge(
+    "agentops_version_seen_timestamp_seconds",
+    "When a process of this kind running this version (AGENTOPS_VERSION, or the package's "
+    "version and commit) last showed it was alive (Unix time): during a rolling deploy, one "
+    "series per version still running; after it, the old version's stops moving.",
+    ["process", "version"],
+    multiprocess_mode="max",
+    registry=REGISTRY,
+)
+
 WORKER = "worker"
 SWEEPER = "sweeper"
+WEB = "web"
 
 
 def heartbeat(process: str) -> None:
     """Note that a process of this kind (``worker``, ``sweeper``) is doing its job now."""
-    HEARTBEAT.labels(process=process).set(time.time())
+    now = time.time()
+    HEARTBEAT.labels(process=process).set(now)
+    version_seen(process, now)
+
+
+def version_seen(process: str, now: float | None = None) -> None:
+    """Note that a process of this kind runs this version, now."""
+    VERSION_SEEN.labels(process=process, version=version.running_version()).set(
+        time.time() if now is None else now
+    )

@@ -112,8 +112,10 @@ def test_the_step_is_committed_before_the_tool_is_called() -> None:
     # how the step settled.
     entries = list(Entry.objects.filter(step__task=task, step__n=1).order_by("id"))
     assert [e.kind for e in entries] == ["step_recorded", "step_settled"]
-    # The call itself is the step's row, frozen: its entry does not say it a second time.
-    assert set(entries[0].data) == {"attempt", "key"} and entries[0].data["attempt"] == 1
+    # The call itself is the step's row, frozen: its entry does not say it a second time,
+    # only which runner recorded it (its lease's owner).
+    assert set(entries[0].data) == {"attempt", "by", "key"} and entries[0].data["attempt"] == 1
+    assert entries[0].data["by"].startswith("runner-")  # task_advance's name, given none
     assert entries[0].data["key"] == Step.objects.get(task=task, n=1).key
     assert entries[1].data["state"] == "done" and entries[1].data["classified"] == "done"
 
