@@ -53,6 +53,9 @@ class Route:
     operation: str | None  # None for admin routes: no faults, no idempotency
 
 
+HOST_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}")
+
+
 class Provider:
     """One simulated provider: its routes, objects (in subclasses), ledger and admin API."""
 
@@ -75,6 +78,9 @@ class Provider:
             "key_lifetime": key_lifetime,
             "retain_seconds": DEFAULT_RETAIN_SECONDS,
             "prune_every_seconds": PRUNE_EVERY_SECONDS,
+            # Names a proxy in front of it may give it in the Host header, besides loopback's
+            # (a relay on a bridge, as devtools/cluster's hosts reach it).
+            "host_names": [],
         }
         self._pruned_at = time.monotonic()
         # Which run of the provider answers: a restart (a new process) has a new one, and has
@@ -117,6 +123,13 @@ class Provider:
         """Subclasses validate and apply their own settings, then call super()."""
         if "key_lifetime" in changes:
             self.idempotency.lifetime = float(changes["key_lifetime"])
+        if "host_names" in changes:
+            names = changes["host_names"]
+            if not isinstance(names, list) or not all(
+                isinstance(n, str) and HOST_NAME.fullmatch(n) for n in names
+            ):
+                raise invalid("host_names must be a list of host names or addresses", "host_names")
+            changes["host_names"] = [n.lower() for n in names]
         for name in ("retain_seconds", "prune_every_seconds"):
             if name in changes:
                 seconds = float(changes[name])

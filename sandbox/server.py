@@ -305,7 +305,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         same-origin JSON: a cross-site form cannot send that, nor set the header.
         """
         port = self.server.server_address[1]
-        own_hosts = {f"{name}:{port}" for name in LOOPBACK_NAMES} | set(LOOPBACK_NAMES)
+        names = (*LOOPBACK_NAMES, *self.server.provider.config.get("host_names", ()))
+        own_hosts = {f"{name}:{port}" for name in names} | set(names)
         host = headers.get("host", "").lower()
         if host not in own_hosts:
             return 421, refusal_body("misdirected_request", f"Host {host!r} is not this server")

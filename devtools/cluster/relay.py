@@ -50,10 +50,12 @@ class Relay:
         return self
 
     def _accept(self) -> None:
-        assert self._server is not None
+        server = self._server
+        if server is None:
+            return
         while not self._stopped.is_set():
             try:
-                client, (source, _) = self._server.accept()
+                client, (source, _) = server.accept()
             except TimeoutError:
                 continue
             except OSError:
