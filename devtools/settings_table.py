@@ -159,6 +159,15 @@ def tooling_declare() -> None:
         None,
     )
     TOOLING.setting(
+        "AGENTOPS_PAUSE_AT",
+        "text",
+        "",
+        "Read by `devtools.cluster.pause.pausing` only (so only where `AGENTOPS_TOOL_WRAPPERS` "
+        "names it): `charge_customer:DIR` holds a worker's first call of that tool, once its "
+        "step is committed, until `DIR/go` exists.",
+        None,
+    )
+    TOOLING.setting(
         "AGENTOPS_CHAOS_MODEL",
         "text",
         "",
