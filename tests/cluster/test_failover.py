@@ -2,15 +2,18 @@
 
 A real cluster (devtools/cluster: etcd and two Patroni nodes over the project's PostgreSQL),
 migrated as production is; a real RQ worker and the sweeper, connected through the multi-host
-DATABASE_URL as the worker role; renewals charging through the `stripe` library against the
-payments sandbox. The leader's Patroni and postmaster are killed (SIGKILL) once some charges
-have settled and others are still to come. Then:
+DATABASE_URL as the worker role, and gunicorn with the production settings as the web role;
+renewals charging through the `stripe` library against the payments sandbox. The leader's
+Patroni and postmaster are killed (SIGKILL) once some charges have settled, one is in flight
+and others are still to come. Then:
 
 - every task finishes;
 - each invoice was charged exactly once (the payments sandbox's ledger);
 - no step that the primary had shown committed before it died is missing or changed after
   the failover (with synchronous replication a commit is visible only once the standby has
   it);
+- the web server answered 503 with a sentence and Retry-After meanwhile, never a 500, and as
+  before once the new primary took over;
 - the time from the primary's death to the next committed step is measured and printed.
 
 This test does not touch the test run's own database: everything it reads, it reads from the
