@@ -399,7 +399,7 @@ class Cluster:
 
     def switchover(self) -> Node:
         """A planned switchover to the sync standby, through Patroni's REST API; returns the
-        new leader once it accepts writes."""
+        new leader once it accepts writes and the old one is its synchronous standby."""
         leader = self.leader()
         standby = self._member("sync_standby")
         if leader is None or standby is None:
@@ -411,7 +411,11 @@ class Cluster:
         request.add_header("Content-Type", "application/json")
         with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
             answer.read()
-        return self.wait_for_leader(other_than=leader)
+        new = self.wait_for_leader(other_than=leader)
+        # Until the old leader is back as the synchronous standby, Patroni would promote
+        # nobody if the new one died (synchronous_mode promotes only the sync standby).
+        self.wait_for_sync_standby()
+        return new
 
     # --- stopping -------------------------------------------------------------------------
 

@@ -60,8 +60,8 @@ def test_a_page_answers_503_with_a_sentence_not_a_traceback() -> None:
     browser = client()
     # A session cookie: the login check reads the session before any view runs.
     browser.cookies["sessionid"] = "x" * 32
-    for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
-        response = browser.get("/", **headers)
+    for headers in ({}, {"HX-Request": "true"}):
+        response = browser.get("/", headers=headers)
         assert response.status_code == 503, response.content[:500]
         assert response["Retry-After"] == "10"
         page = response.content.decode()

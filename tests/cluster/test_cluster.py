@@ -61,3 +61,23 @@ def test_kill_rejoin_and_switch_over_lose_no_acknowledged_commit(cluster: Cluste
     wait_until(lambda: _write(url, 3), what="a write after the switchover", timeout=60)
     print(f"a write went through {time.monotonic() - moved:.1f}s after the switchover began")
     assert _marks(url) == [1, 2, 3]
+
+
+def test_a_primary_cut_from_the_network_is_replaced_and_rejoins_as_a_standby(
+    cluster: Cluster,
+) -> None:
+    """A partition, not a death: the primary's host loses its link. It cannot renew its key in
+    etcd, so Patroni demotes it while the standby, once the key has expired, is promoted; the
+    app's URL finds the new one. Healed, the old primary comes back as the standby."""
+    assert cluster.network is not None, "run as root: the nodes need namespaces of their own"
+    url = cluster.url(role=OWNER_ROLE)
+    first = cluster.wait_for_leader()
+    assert _write(url, 1)
+    cluster.network.cut(first.index)
+    cut = time.monotonic()
+    wait_until(lambda: _write(url, 2), what="a write after the partition", timeout=60)
+    print(f"a write went through {time.monotonic() - cut:.1f}s after the primary was cut off")
+    assert cluster.wait_for_leader(other_than=first) is not first
+    cluster.network.heal(first.index)
+    assert cluster.wait_for_sync_standby(timeout=90) is first
+    assert _marks(url) == [1, 2]
