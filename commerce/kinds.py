@@ -267,15 +267,19 @@ def _refunded_elsewhere(
     refs: Mapping[str, Any], facts: TaskFacts, effect: ProviderEffect
 ) -> Followup | None:
     """A payment the provider audit found refunded at the provider (its dashboard, its
-    support), once a person resolved the finding: the customer is told once, the notice keyed
-    by the refund's id (commerce/audits.py lists it; the payment's own id when the listing
-    did not say)."""
+    support), once a person resolved the finding: the customer is told once of each refund,
+    the notice keyed by the refund's id (commerce/audits.py lists each refund of a payment,
+    and the audit makes each a finding of its own; the payment's own id when the listing did
+    not say), with that refund's amount: two partial refunds are two messages."""
     if effect.tool != "charge_customer":
         return None
     raw = effect.raw
     currency = str(effect.currency or refs.get("currency") or "usd")
-    refunded = raw.get("amount_refunded")
     whole = effect.amount if isinstance(effect.amount, int) else refs.get("amount")
+    refund = effect.undone_by[0] if effect.undone_by else str(effect.provider_id)
+    listed = raw.get("refunds") if isinstance(raw.get("refunds"), list) else []
+    this = next((r for r in listed if isinstance(r, dict) and r.get("id") == refund), None)
+    refunded = this.get("amount") if this is not None else raw.get("amount_refunded")
     if not isinstance(refunded, int) or refunded <= 0:
         refunded = whole
     if not isinstance(refunded, int):
@@ -290,7 +294,6 @@ def _refunded_elsewhere(
             f"We refunded your payment of {money_text(refunded, currency)} for "
             f"{refs['invoice']} in full."
         )
-    refund = str(raw.get("refund") or effect.provider_id)
     return _notice(
         refs,
         {

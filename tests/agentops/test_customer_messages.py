@@ -221,7 +221,8 @@ def test_a_refund_the_audit_finds_is_emailed_once_keyed_by_the_refund(
         report = audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command")
         assert not report.error, report.error
     (finding,) = Finding.objects.filter(step=charge)
-    assert finding.provider_side["raw"]["refund"] == refund["id"]
+    assert finding.effect_id == refund["id"]
+    assert finding.provider_side["undone_by"] == [refund["id"]]
     # The page says Refunded at once; the audit (the worker role) starts no task: the person
     # who resolves the finding has the customer told.
     page = Client().get(payment_link(inv, task.pk)).content.decode()
@@ -249,6 +250,47 @@ def test_a_refund_the_audit_finds_is_emailed_once_keyed_by_the_refund(
     assert sent["params"]["subject"] == f"Refund for {inv}"
     assert f"We refunded your payment of 49.00 USD for {inv} in full." in sent["params"]["body"]
     assert "Your payment and its refund: " in sent["params"]["body"]
+
+
+def test_each_partial_refund_the_audit_finds_is_emailed_once_with_its_own_amount(
+    world: None, payments_sandbox: SandboxHandle, mail_sandbox: SandboxHandle
+) -> None:
+    since: datetime = timezone.now()
+    inv = invoice()
+    task = run(task_start(kind="renewal", goal="renew", refs=renewal_refs(inv)))
+    assert task.status == "finished", task.attention
+    charge = Step.objects.get(task=task, tool="charge_customer", kind="call")
+    intent = charge.evidence["payment_intent"]
+    first = payments_sandbox.client.refund_from_dashboard(intent, amount=1000)
+    audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command")
+    (found,) = Finding.objects.filter(step=charge)
+    finding_resolve(finding_id=found.pk, actor="ops", reason="10.00 back, as agreed")
+
+    # A second partial refund of the same payment, after the first was told: news of its own.
+    second = payments_sandbox.client.refund_from_dashboard(intent, amount=1500)
+    for _ in range(2):
+        audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command")
+    findings = Finding.objects.filter(step=charge).order_by("id")
+    assert [f.effect_id for f in findings] == [first["id"], second["id"]]
+    later = findings[1]
+    assert later.is_open
+    finding_resolve(finding_id=later.pk, actor="ops", reason="15.00 more, as agreed")
+    with pytest.raises(FindingRefused):
+        finding_resolve(finding_id=later.pk, actor="ops", reason="again")
+
+    told = {n.refs["refund"]: n for n in notices(inv)}
+    assert set(told) == {first["id"], second["id"]}
+    for notice in told.values():
+        assert run(notice).status == "finished"
+        run(notice)  # run again: nothing more is sent
+    sent = messages(mail_sandbox, inv, "refund")
+    assert len(sent) == 2
+    bodies = sorted(m["params"]["body"] for m in sent)
+    assert f"We refunded 10.00 USD of your payment of 49.00 USD for {inv}." in bodies[0]
+    assert f"We refunded 15.00 USD of your payment of 49.00 USD for {inv}." in bodies[1]
+    # The page says what was refunded in all.
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert "25.00" in page
 
 
 # --- The card on the receipt ------------------------------------------------------------------
