@@ -48,6 +48,23 @@ FLIGHT = {"type": "string", "pattern": "^[A-Z0-9]{2,8}$", **NO_CONTROL}
 DEFAULT_CURRENCY = "usd"
 DEFAULT_PAYMENT_METHOD = "pm_card_visa"
 
+# The invoice's lines as its record has them (Stripe's line items: what each is and its
+# amount, in the invoice's currency), for the receipt: what the charge was made for.
+LINES = {
+    "type": "array",
+    "maxItems": 100,
+    "items": {
+        "type": "object",
+        "properties": {
+            "description": {"type": "string", "maxLength": 500, **NO_CONTROL},
+            "quantity": {"type": "integer", "minimum": 0},
+            "amount": {"type": "integer", "description": "in minor units, the line's total"},
+        },
+        "required": ["description", "amount"],
+        "additionalProperties": False,
+    },
+}
+
 PAYMENT_REFS = {
     "invoice": INVOICE,
     "amount": AMOUNT,
@@ -55,6 +72,7 @@ PAYMENT_REFS = {
     "email": EMAIL,
     "payment_method": PAYMENT_METHOD,
     "customer": CUSTOMER,
+    "lines": LINES,
 }
 
 
@@ -277,7 +295,8 @@ def _refunded_elsewhere(
     currency = str(effect.currency or refs.get("currency") or "usd")
     whole = effect.amount if isinstance(effect.amount, int) else refs.get("amount")
     refund = effect.undone_by[0] if effect.undone_by else str(effect.provider_id)
-    listed = raw.get("refunds") if isinstance(raw.get("refunds"), list) else []
+    listed = raw.get("refunds")
+    listed = listed if isinstance(listed, list) else []
     this = next((r for r in listed if isinstance(r, dict) and r.get("id") == refund), None)
     refunded = this.get("amount") if this is not None else raw.get("amount_refunded")
     if not isinstance(refunded, int) or refunded <= 0:

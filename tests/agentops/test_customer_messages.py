@@ -23,6 +23,7 @@ from agentops.kinds import followup_start, kinds, tools_for
 from agentops.operators.services import task_cancel
 from agentops.runner import task_run
 from commerce.customers.links import NOTICE_KIND, payment_link
+from commerce.intents import record_lines
 from journal.leases import lease_acquire, lease_release
 from journal.models import Step, Task
 from journal.perform import step_perform
@@ -310,3 +311,74 @@ def test_the_receipt_says_the_card_by_its_brand_and_last_four_digits(world: None
 
     page = Client().get(payment_link(inv, task.pk)).content.decode()
     assert "<dt>Paid with</dt><dd>Mastercard ending 4444</dd>" in page
+    assert "receipt-lines" not in page  # its task named no lines: none shown
+
+
+# --- The invoice's lines on the receipt -------------------------------------------------------
+
+
+def test_the_invoices_lines_are_taken_from_the_record_as_stripe_lists_them() -> None:
+    record = {
+        "number": "INV-1",
+        "lines": {
+            "object": "list",
+            "data": [
+                {
+                    "id": "il_1",
+                    "object": "line_item",
+                    "amount": 9_900,
+                    "currency": "eur",
+                    "description": "1 × Team plan",
+                    "quantity": 1,
+                },
+                {
+                    "id": "il_2",
+                    "object": "line_item",
+                    "amount": 3_000,
+                    "currency": "eur",
+                    "description": "3 × Extra\nseat\u2028",
+                    "quantity": 3,
+                },
+                {"id": "il_3", "object": "line_item", "amount": -500, "description": None},
+            ],
+        },
+    }
+    assert record_lines(record) == [
+        {"description": "1 × Team plan", "amount": 9_900, "quantity": 1},
+        {"description": "3 × Extra seat", "amount": 3_000, "quantity": 3},
+        {"description": "", "amount": -500},
+    ]
+    # A line without an integer amount: the receipt shows no lines rather than some.
+    assert record_lines({"lines": {"data": [{"amount": "9900"}]}}) == []
+    assert record_lines({"lines": {"data": [{"amount": 1}] * 101}}) == []
+    assert record_lines({}) == []
+
+
+def test_the_receipt_lists_the_invoices_lines_in_major_units(world: None) -> None:
+    inv = invoice()
+    lines = [
+        {"description": "1 × Team plan (at €39.00 / month)", "quantity": 1, "amount": 3_900},
+        {"description": "<b>Seat</b>", "quantity": 2, "amount": 1_000},
+    ]
+    refs = {**renewal_refs(inv), "currency": "eur", "lines": lines}
+    task = run(task_start(kind="renewal", goal="renew", refs=refs))
+    assert task.status == "finished", task.attention
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert "<caption>What you paid for</caption>" in page
+    assert (
+        '<tr><td>1 × Team plan (at €39.00 / month)</td><td class="num">1</td>'
+        '<td class="num">39.00 EUR</td></tr>'
+    ) in page
+    # The record's words are text, never markup.
+    assert (
+        '<td>&lt;b&gt;Seat&lt;/b&gt;</td><td class="num">2</td><td class="num">10.00 EUR</td>'
+        in page
+    )
+    assert '<th scope="row" colspan="2">Total</th><td class="num">49.00 EUR</td>' in page
+    # Lines a task was started with must be the record's shape: anything else is refused.
+    with pytest.raises(ValueError, match="lines"):
+        task_start(
+            kind="renewal",
+            goal="renew",
+            refs={**renewal_refs(invoice()), "lines": [{"description": "x", "amount": 1.5}]},
+        )
