@@ -32,6 +32,7 @@ from journal.record import step_record
 from journal.selectors import task_facts_by_id
 from journal.status import TransitionRefused
 from tests.agentops.test_business_effects import renewal_refs, trip_refs
+from tests.agentops.test_operators import client_for, user
 from tests.agentops.workers import quiet_world
 from tests.databases import flag
 from tests.journal.support import invoice
@@ -73,6 +74,10 @@ def messages(mail: SandboxHandle, inv: str, purpose: str) -> list[dict[str, Any]
         ):
             found.append(entry)
     return found
+
+
+def operators_client() -> Client:
+    return client_for(user("Operators"))
 
 
 def notices(inv: str) -> list[Task]:
@@ -275,6 +280,9 @@ def test_each_partial_refund_the_audit_finds_is_emailed_once_with_its_own_amount
     assert [f.effect_id for f in findings] == [first["id"], second["id"]]
     later = findings[1]
     assert later.is_open
+    # Its page says which refund it is about, beside the payment's whole refunded amount.
+    shown = operators_client().get(f"/audit/{later.pk}").content.decode()
+    assert f"happened, then refunded 25.00 USD ({second['id']} found here)" in shown
     finding_resolve(finding_id=later.pk, actor="ops", reason="15.00 more, as agreed")
     with pytest.raises(FindingRefused):
         finding_resolve(finding_id=later.pk, actor="ops", reason="again")
