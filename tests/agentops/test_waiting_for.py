@@ -280,3 +280,21 @@ def test_a_waiting_task_wakes_at_once_when_a_lookup_a_person_asked_for_settles_t
     assert task_run(task_id=first.pk).stopped == "finished"
     assert Step.objects.get(pk=holder.pk).state == "done"
     _finishes_at_once(payments_sandbox, inv, second)
+
+
+@pytest.mark.usefixtures("world")
+@override_settings(RECONCILE_SCHEDULE=[HOUR])
+def test_a_waiting_task_wakes_at_once_when_a_providers_report_settles_the_holder(
+    payments_sandbox: SandboxHandle,
+) -> None:
+    """What a provider's notification applies (``agentops.effects.step_settle``, as every
+    applier settles) wakes the tasks waiting on the step too."""
+    from agentops.effects import step_settle
+
+    inv, first, second, holder = _held_for_an_hour(payments_sandbox)
+    [made] = charges_of(payments_sandbox, inv)
+    evidence = {"payment_intent": made["object_id"]}
+    assert step_settle(
+        step_id=holder.pk, outcome=Outcome.done(evidence), via="webhook", actor="stripe"
+    )
+    _finishes_at_once(payments_sandbox, inv, second)
