@@ -13,7 +13,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # The browser tests drive Debian's Chromium (never one a tool downloads).
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test docs bench soak chaos promtool systemd-analyze
+.PHONY: run test docs bench soak chaos promtool patroni systemd-analyze
 
 run: $(STAMP)
 	$(VENV)/bin/python scripts/stack.py run
@@ -23,7 +23,7 @@ run: $(STAMP)
 # nothing listens on port 1, and makemigrations' check of the applied history, which it
 # skips with a warning when it cannot connect, is left out quietly.
 NO_DATABASE := DJANGO_DEBUG=1 DATABASE_URL=postgres://typecheck@127.0.0.1:1/typecheck
-test: $(STAMP) $(CHROMIUM) promtool systemd-analyze
+test: $(STAMP) $(CHROMIUM) promtool patroni systemd-analyze
 	$(VENV)/bin/ruff check .
 	$(NO_DATABASE) $(VENV)/bin/mypy .
 	$(VENV)/bin/lint-imports --no-cache
@@ -74,6 +74,18 @@ promtool:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 		else \
 			echo "the alert rules' tests need promtool: sudo apt-get install prometheus"; \
+			exit 1; \
+		fi; \
+	fi
+
+# The failover test (tests/cluster/, devtools/cluster/) runs Debian's Patroni and etcd over the
+# project's PostgreSQL binaries: installed when missing, as root (CI is); otherwise say how.
+patroni:
+	@if ! command -v patroni >/dev/null || ! command -v etcd >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends patroni etcd-server >/dev/null; \
+		else \
+			echo "the failover test needs Patroni and etcd: sudo apt-get install patroni etcd-server"; \
 			exit 1; \
 		fi; \
 	fi

@@ -13,7 +13,6 @@ from datetime import timedelta
 from ipaddress import ip_network
 from pathlib import Path
 
-import dj_database_url
 from django.core.checks.security.base import (
     SECRET_KEY_INSECURE_PREFIX,
     SECRET_KEY_MIN_LENGTH,
@@ -23,6 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from agentops import shared_settings
 from agentops.conf import Section
+from agentops.database_url import database_settings
 from agentops.logs import LogFormatRefused, logging_config
 from agentops.version import running_version
 
@@ -175,6 +175,9 @@ MIDDLEWARE = [
     # caller itself: an allowed address or a token (agentops/telemetry/exposition.py).
     "agentops.telemetry.exposition.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # A view that lost its database (a failover) answers 503 with a sentence, not a 500
+    # (agentops/unavailable.py; a middleware's such error goes through handler500).
+    "agentops.unavailable.DatabaseUnavailableMiddleware",
     # Static files from the app itself (the admin's CSS), compressed and cached forever.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -216,7 +219,9 @@ DATABASE_URL = _data.text(
     "DATABASE_URL",
     "",
     "PostgreSQL as this process connects to it, `postgres://user:pass@host:port/db`: its "
-    "kind's role, which owns nothing. The app refuses to start without it.",
+    "kind's role, which owns nothing. The app refuses to start without it. A primary that "
+    "fails over: name every node, `postgres://user:pass@a:5432,b:5432/db"
+    "?target_session_attrs=read-write` (libpq keeps the one that takes writes).",
     shown="started by `make run` / `make test` (the web server as `agentops_web`, the workers "
     "and the sweeper as `agentops_worker`; `make test`, `stack.py manage` and the launcher's "
     "own steps as `agentops_app`, which is both)",
@@ -227,7 +232,8 @@ if not DATABASE_URL:
         "DATABASE_URL is not set. `make run` and `make test` start an embedded PostgreSQL and "
         "set it for you; to use your own server, export DATABASE_URL=postgres://user:pass@host/db"
     )
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# One host, or several (a primary that fails over: docs/operating/many-machines.md).
+DATABASES = {"default": database_settings(DATABASE_URL, conn_max_age=60)}
 # The role that owns the tables and runs migrations (agentops/dbroles.py). Give it only to
 # `manage.py migrate`: every other process connects as DATABASE_URL's role, which owns
 # nothing and may write the journal only through the functions its kind of process calls.
@@ -242,7 +248,7 @@ DATABASE_OWNER_URL = _data.text(
     kind="url",
 )
 if DATABASE_OWNER_URL:
-    DATABASES["owner"] = dj_database_url.parse(DATABASE_OWNER_URL, conn_max_age=0)
+    DATABASES["owner"] = database_settings(DATABASE_OWNER_URL, conn_max_age=0)
 
 
 def _database_roles(text: str) -> dict[str, tuple[str, ...]]:
@@ -283,6 +289,14 @@ DATABASE_ROUTERS = ["agentops.dbroles.MigrationRouter"]
 for _alias, _db in DATABASES.items():
     if _db["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured("agentops needs PostgreSQL (its journal relies on triggers)")
+
+DATABASE_RETRY_AFTER_SECONDS = _data.seconds(
+    "DATABASE_RETRY_AFTER_SECONDS",
+    10,
+    "While the database cannot be reached or is not the primary (a failover), the pages and "
+    "the HTTP API answer 503 with `Retry-After` set to this; about the time a failover takes "
+    "(Patroni's `ttl`).",
+)
 
 # Redis is only a doorbell: losing it loses no work (docs/design.md §4).
 REDIS_URL = _data.text(

@@ -31,3 +31,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     # The pages the installed apps serve (a customer's page, a provider's webhook).
     *(path(prefix, include(urlconf)) for prefix, urlconf in registry.urls),
 ]
+
+# A 500 that says the database is unavailable (a failover) is a 503 with a sentence.
+handler500 = "agentops.unavailable.server_error"

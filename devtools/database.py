@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from django.db import connection
+
+from agentops.database_url import database_url as url_of
 
 
 def database_url(kind: str | None = None) -> str:
@@ -19,5 +21,4 @@ def database_url(kind: str | None = None) -> str:
     if own:
         parts = urlsplit(own)
         user, password = unquote(parts.username or ""), unquote(parts.password or "")
-    secret = f":{quote(password, safe='')}" if password else ""
-    return f"postgres://{quote(user, safe='')}{secret}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+    return url_of(s, user=user, password=password)

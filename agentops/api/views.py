@@ -8,8 +8,10 @@ import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import psycopg
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import Error as DatabaseError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import ValidationError
@@ -48,6 +50,7 @@ from agentops.operators.services import (
     task_reject,
     task_resume,
 )
+from agentops.unavailable import api_exception
 from journal.models import Task
 from journal.status import TransitionRefused
 
@@ -164,6 +167,17 @@ def rate_limited(request: HttpRequest, exc: RateLimited) -> HttpResponse:
     response = api.create_response(request, {"detail": str(exc)}, status=429)
     response["Retry-After"] = str(exc.retry_after)
     return response
+
+
+# No primary (a failover): 503 in the API's shape, with Retry-After (agentops/unavailable.py).
+@api.exception_handler(DatabaseError)
+def database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+    return api_exception(request, exc)
+
+
+@api.exception_handler(psycopg.Error)
+def driver_error(request: HttpRequest, exc: psycopg.Error) -> HttpResponse:
+    return api_exception(request, exc)
 
 
 def _respond(answer: Answer) -> HttpResponse:
