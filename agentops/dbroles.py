@@ -181,6 +181,7 @@ APP_FUNCTIONS = (
     "agentops_webhook_events_forget",
     "agentops_audit_forget",
     "agentops_notifications_forget",
+    "agentops_coordination_forget",
 )
 
 # Apps whose every table must be listed in APP_COLUMNS.

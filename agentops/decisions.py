@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 
-from agentops.doorbell import decision_ring
+from agentops.doorbell import decision_ring, task_ring
 from agentops.telemetry.steps import settled_observed
 from journal import operator
 from journal.models import Decision, Step
+from journal.status import waiters_wake
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +46,18 @@ def decision_apply(*, decision_id: int) -> str:
     is logged and counted once committed, as any."""
     with transaction.atomic():
         said = operator.decision_apply(decision_id=decision_id)
-        task_id, step_id, action = (
+        task_id, step_id, action, actor = (
             Decision.objects.filter(pk=decision_id)
-            .values_list("task_id", "step_id", "action")
+            .values_list("task_id", "step_id", "action", "actor")
             .get()
         )
         if said.startswith("settled"):
             settled_observed(step_id=step_id)
+            # Tasks the guard kept waiting on this step go on now, not at their backed-off
+            # time (up to the longest lookup delay while the person held it).
+            key = Step.objects.filter(pk=step_id).values_list("key", flat=True).get()
+            for waiter in waiters_wake(key=key, actor=actor):
+                transaction.on_commit(partial(task_ring, task_id=waiter))
         elif said.startswith("corrected as step "):
             n = int(said.removeprefix("corrected as step "))
             made = Step.objects.filter(task_id=task_id, n=n).values_list("pk", flat=True).get()

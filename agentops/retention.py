@@ -8,8 +8,10 @@ The journal drops a range whole once its tasks are over and untouched for the ke
 (journal.retention); after it, what agentops keeps about that range's tasks follows: their
 notifications' deliveries go, and an intent asked for over MCP loses the link to its task
 (the intent itself, and the once-only claim its effect left, stay: asked again, it is
-refused with the first effect's evidence). What agentops keeps beside the journal goes by the
-same keep: a provider's notifications, and the audit's resolved findings and its runs.
+refused with the first effect's evidence), and operators' claims of its tasks and notes on
+them go (not archived: a note may hold what a customer said). What agentops keeps beside
+the journal goes by the same keep: a provider's notifications, and the audit's resolved
+findings and its runs.
 """
 
 from __future__ import annotations
@@ -79,12 +81,6 @@ def journal_retain(*, archive_dir: Path | None = None) -> RetentionReport:
     agentops keeps beside the journal that is as old as the keep (:func:`beside_forget`)."""
     report = retention_run(archive=archive_to(archive_dir) if archive_dir else None)
     report.forgotten.update(beside_forget())
-    if any(report.forgotten.values()):
-        log.info(
-            "retention forgot %s",
-            ", ".join(f"{n} of {table}" for table, n in report.forgotten.items()),
-            extra={"forgotten": dict(report.forgotten)},
-        )
     for partition in report.dropped:
         with connection.cursor() as cursor:
             # The intent stays (its key is its memory); only the dropped task's link goes.
@@ -97,11 +93,29 @@ def journal_retain(*, archive_dir: Path | None = None) -> RetentionReport:
             cursor.execute(
                 "SELECT agentops_notifications_forget(p_partition => %s)", [partition.name]
             )
+            # Who held its tasks and what operators noted on them (a note may hold what a
+            # customer said): they go with the tasks, not archived.
+            cursor.execute(
+                "SELECT claims, notes FROM agentops_coordination_forget(p_partition => %s)",
+                [partition.name],
+            )
+            claims, notes = cursor.fetchone()
+        forgotten = report.forgotten
+        forgotten["agentops_taskclaim"] = forgotten.get("agentops_taskclaim", 0) + int(claims)
+        forgotten["agentops_taskcoordination"] = forgotten.get(
+            "agentops_taskcoordination", 0
+        ) + int(notes)
         log.info(
             "journal range %s dropped: %s tasks",
             partition.name,
             partition.tasks,
             extra={"partition": partition.name, "tasks": partition.tasks},
+        )
+    if any(report.forgotten.values()):
+        log.info(
+            "retention forgot %s",
+            ", ".join(f"{n} of {table}" for table, n in report.forgotten.items()),
+            extra={"forgotten": dict(report.forgotten)},
         )
     for kept in report.kept:
         log.info(

@@ -30,6 +30,7 @@ from journal.models import Task, TaskStatus
 from journal.policy import Policy
 from journal.run import Advance, DatabaseLost, task_advance, task_take, task_unbuildable
 from journal.selectors import task_list_runnable
+from journal.status import waiters_wake
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ def task_run(*, task_id: UUID) -> Advance:
     # Everything the run wrote is committed: what its moves said they did to its steps is
     # logged, one line a thing, and counted (agentops/telemetry/steps.py).
     run_observed(task_id=task_id, stopped=result.stopped, events=result.events)
+    _waiters_woken(result)
     if result.stopped == "waiting":
         wake_at = Task.objects.filter(pk=task_id, status=TaskStatus.WAITING).values_list(
             "wake_at", flat=True
@@ -119,6 +121,18 @@ def task_run(*, task_id: UUID) -> Advance:
         extra={**_task(task_id), "stopped": result.stopped},
     )
     return result
+
+
+def _waiters_woken(result: Advance) -> None:
+    """A step that had been unknown settled in this run (a lookup: one a person asked for,
+    or the task a person resumed): the tasks the guard kept waiting on it are woken and rung
+    now, not at their backed-off time (up to the longest lookup delay). A step settled at
+    its first attempt was in flight for seconds, and costs no statement here."""
+    for event in result.events:
+        if event.what != "settled" or not (event.unknown_for is not None or event.maybe_unknown):
+            continue
+        for waiter in waiters_wake(key=event.step_key, actor="harness"):
+            task_ring(task_id=waiter)
 
 
 def _task(task_id: UUID) -> dict[str, str]:

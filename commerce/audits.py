@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -69,15 +68,22 @@ def sandbox_boot(base: str) -> tuple[str, str] | None:
 # --- Stripe ---------------------------------------------------------------------------------
 
 
-def _charge(intent: Mapping[str, Any], charge: Any = None) -> ProviderEffect | None:
+def _charge(
+    intent: Mapping[str, Any],
+    charge: Any = None,
+    refunds: Callable[[str], list[dict[str, Any]]] | None = None,
+) -> ProviderEffect | None:
     """A succeeded PaymentIntent carrying our key, as an effect; refunded if its charge says so
-    (``amount_refunded``: whoever refunded it, here or in the dashboard)."""
+    (``amount_refunded``: whoever refunded it, here or in the dashboard), with each refund of
+    it (``refunds``: its succeeded refunds, by the payment's id), so each is a finding of its
+    own and its customer told of each once."""
     key = (intent.get("metadata") or {}).get(KEY_FIELD)
     if not key or intent.get("status") != "succeeded":
         return None  # not ours, or no payment happened (declined, still processing)
     charge = charge if isinstance(charge, Mapping) else intent.get("latest_charge")
     refunded = int(charge.get("amount_refunded") or 0) if isinstance(charge, Mapping) else 0
     currency = intent.get("currency")
+    undos = refunds(str(intent["id"])) if refunds is not None and refunded else []
     return ProviderEffect(
         provider_id=str(intent["id"]),
         key=str(key),
@@ -86,6 +92,7 @@ def _charge(intent: Mapping[str, Any], charge: Any = None) -> ProviderEffect | N
         currency=currency,
         recipient=intent.get("customer"),
         offset=f"refunded {refunded} {currency}" if refunded else "",
+        undone_by=tuple(str(r["id"]) for r in undos),
         created=_at(intent.get("created")),
         # What a person needs to see, never the client_secret.
         raw={
@@ -100,6 +107,7 @@ def _charge(intent: Mapping[str, Any], charge: Any = None) -> ProviderEffect | N
             "created": intent.get("created"),
             "latest_charge": charge.get("id") if isinstance(charge, Mapping) else charge,
             "amount_refunded": refunded,
+            "refunds": undos,
         },
     )
 
@@ -138,8 +146,32 @@ class StripeAudit(Audit):
             page = client.v1.refunds.list(params=params)  # type: ignore[arg-type]
             return [o.to_dict() for o in page.data], bool(page.has_more)
 
+        of_intent: dict[str, list[dict[str, Any]]] = {}
+
+        def refunds_of(intent_id: str) -> list[dict[str, Any]]:
+            """Every succeeded refund of a refunded payment, oldest first, whenever made
+            (asked once per payment and audit: refunds are few)."""
+            if intent_id not in of_intent:
+
+                def page(after: str | None) -> tuple[list[Any], bool]:
+                    params: dict[str, Any] = {"payment_intent": intent_id, "limit": PAGE}
+                    if after:
+                        params["starting_after"] = after
+                    got = client.v1.refunds.list(params=params)  # type: ignore[arg-type]
+                    return [o.to_dict() for o in got.data], bool(got.has_more)
+
+                of_intent[intent_id] = sorted(
+                    (
+                        {"id": str(r["id"]), "amount": r.get("amount"), "created": r.get("created")}
+                        for r in _pages(page)
+                        if r.get("status") == "succeeded"
+                    ),
+                    key=lambda r: (r["created"] or 0, r["id"]),
+                )
+            return of_intent[intent_id]
+
         for intent in _pages(intents):
-            effect = _charge(intent)
+            effect = _charge(intent, refunds=refunds_of)
             if effect is not None:
                 yield effect
         for refund in _pages(refunds):
@@ -167,10 +199,10 @@ class StripeAudit(Audit):
                     },
                 )
             if isinstance(intent, Mapping):
-                refunded = _charge(intent, refund.get("charge"))
+                # The payment this refund undid, with each of its refunds (this one among them).
+                refunded = _charge(intent, refund.get("charge"), refunds=refunds_of)
                 if refunded is not None:
-                    # The refund that undid it: who is told of it, is told once by its id.
-                    yield replace(refunded, raw={**refunded.raw, "refund": str(refund["id"])})
+                    yield refunded
 
     def expected(
         self, tool: str, args: Mapping[str, Any], evidence: Mapping[str, Any]

@@ -5,6 +5,7 @@ system of record holds it (``look_up_invoice``), never from the agent."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +36,31 @@ def open_invoice(records: Records, number: str, *, doing: str) -> dict[str, Any]
     return invoice
 
 
+# A line's description as the receipt shows it: printable, and no longer than the ref allows.
+_UNPRINTABLE = re.compile("[\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]+")
+
+
+def record_lines(invoice: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The invoice's line items as its record lists them (Stripe's ``lines.data``), as the
+    task keeps them for the receipt: each line's description (printable, cut to 500
+    characters), quantity and amount (minor units, in the invoice's currency). A line without
+    an integer amount, or more than 100 of them, is more than a receipt shows: none then."""
+    listed = invoice.get("lines")
+    items = listed.get("data") if isinstance(listed, Mapping) else listed
+    if not isinstance(items, list) or len(items) > 100:
+        return []
+    lines = []
+    for item in items:
+        if not isinstance(item, Mapping) or type(item.get("amount")) is not int:
+            return []
+        said = _UNPRINTABLE.sub(" ", str(item.get("description") or "")).strip()[:500]
+        line: dict[str, Any] = {"description": said, "amount": item["amount"]}
+        if type(item.get("quantity")) is int and item["quantity"] >= 0:
+            line["quantity"] = item["quantity"]
+        lines.append(line)
+    return lines
+
+
 def charge_refs(args: Mapping[str, Any], records: Records) -> dict[str, Any]:
     invoice = open_invoice(records, args["invoice"], doing="charge")
     refs = {
@@ -45,6 +71,9 @@ def charge_refs(args: Mapping[str, Any], records: Records) -> dict[str, Any]:
     }
     if invoice.get("customer"):
         refs["customer"] = invoice["customer"]
+    lines = record_lines(invoice)
+    if lines:
+        refs["lines"] = lines  # what the charge is for, on the receipt
     return refs
 
 

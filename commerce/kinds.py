@@ -48,6 +48,23 @@ FLIGHT = {"type": "string", "pattern": "^[A-Z0-9]{2,8}$", **NO_CONTROL}
 DEFAULT_CURRENCY = "usd"
 DEFAULT_PAYMENT_METHOD = "pm_card_visa"
 
+# The invoice's lines as its record has them (Stripe's line items: what each is and its
+# amount, in the invoice's currency), for the receipt: what the charge was made for.
+LINES = {
+    "type": "array",
+    "maxItems": 100,
+    "items": {
+        "type": "object",
+        "properties": {
+            "description": {"type": "string", "maxLength": 500, **NO_CONTROL},
+            "quantity": {"type": "integer", "minimum": 0},
+            "amount": {"type": "integer", "description": "in minor units, the line's total"},
+        },
+        "required": ["description", "amount"],
+        "additionalProperties": False,
+    },
+}
+
 PAYMENT_REFS = {
     "invoice": INVOICE,
     "amount": AMOUNT,
@@ -55,6 +72,7 @@ PAYMENT_REFS = {
     "email": EMAIL,
     "payment_method": PAYMENT_METHOD,
     "customer": CUSTOMER,
+    "lines": LINES,
 }
 
 
@@ -267,15 +285,20 @@ def _refunded_elsewhere(
     refs: Mapping[str, Any], facts: TaskFacts, effect: ProviderEffect
 ) -> Followup | None:
     """A payment the provider audit found refunded at the provider (its dashboard, its
-    support), once a person resolved the finding: the customer is told once, the notice keyed
-    by the refund's id (commerce/audits.py lists it; the payment's own id when the listing
-    did not say)."""
+    support), once a person resolved the finding: the customer is told once of each refund,
+    the notice keyed by the refund's id (commerce/audits.py lists each refund of a payment,
+    and the audit makes each a finding of its own; the payment's own id when the listing did
+    not say), with that refund's amount: two partial refunds are two messages."""
     if effect.tool != "charge_customer":
         return None
     raw = effect.raw
     currency = str(effect.currency or refs.get("currency") or "usd")
-    refunded = raw.get("amount_refunded")
     whole = effect.amount if isinstance(effect.amount, int) else refs.get("amount")
+    refund = effect.undone_by[0] if effect.undone_by else str(effect.provider_id)
+    listed = raw.get("refunds")
+    listed = listed if isinstance(listed, list) else []
+    this = next((r for r in listed if isinstance(r, dict) and r.get("id") == refund), None)
+    refunded = this.get("amount") if this is not None else raw.get("amount_refunded")
     if not isinstance(refunded, int) or refunded <= 0:
         refunded = whole
     if not isinstance(refunded, int):
@@ -290,7 +313,6 @@ def _refunded_elsewhere(
             f"We refunded your payment of {money_text(refunded, currency)} for "
             f"{refs['invoice']} in full."
         )
-    refund = str(raw.get("refund") or effect.provider_id)
     return _notice(
         refs,
         {

@@ -54,6 +54,8 @@ MOVES: dict[str, frozenset[str]] = {
     "journal_approval_spend": frozenset({RUNNER}),
     "journal_saga_unwind": frozenset({RUNNER}),
     "journal_effect_checked": frozenset({RUNNER}),
+    # Tasks waiting on a step that settled, woken at once (a person resolved its task).
+    "journal_waiters_wake": frozenset({RUNNER}),
     # What providers report, with or without a lease: the runner's attempt and lookups, a
     # notification applied, an audit's finding.
     "journal_settle": frozenset({RUNNER}),

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from journal.calls import Refused
+from journal.calls import Refused, call_all
 from journal.leases import Lease, lease_call
 from journal.models import Attention, TaskStatus
 
@@ -92,6 +93,15 @@ def task_wait(*, lease: Lease, until: datetime, reason: str) -> bool:
 def task_wake(*, lease: Lease, reason: str) -> bool:
     """Wake the waiting task whose time came. Returns whether it moved."""
     return bool(lease_call(lease, "journal_task_wake", reason=reason).moved)
+
+
+def waiters_wake(*, key: str, actor: str) -> list[UUID]:
+    """Wake at once the waiting tasks whose last step the guard refused because the step
+    ``key`` was in flight or unknown, now that it settled (``journal_waiters_wake``): they
+    decide again now rather than at their backed-off time. None while it is still open.
+    Returns the tasks woken, to ring for once committed."""
+    woken: list[UUID] = call_all("journal_waiters_wake", key=key, actor=actor)
+    return woken
 
 
 def task_flag(

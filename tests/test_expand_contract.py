@@ -118,7 +118,7 @@ def test_the_migration_before_the_rule_would_have_been_refused(
     """0024 dropped two functions whose results changed: a version still running would not
     have survived it, and the rule says so."""
     monkeypatch.setitem(expand_contract.CHECKED_AFTER, "journal", "0023_person_decisions")
-    found = expand_contract.findings()
+    found = [f for f in expand_contract.findings() if f.startswith("journal.")]
     assert [f.split(": ", 1)[0] for f in found] == ["journal.0024_what_moves_return"] * 3
     assert "its SQL drops, renames or alters something the running version may use" in found[0]
     assert "journal_lease_release 002 returns other columns than 001" in found[1]

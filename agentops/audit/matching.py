@@ -88,7 +88,7 @@ Expected = Callable[[StepSide], Mapping[str, Any]]
 def merged(effects: Iterable[ProviderEffect]) -> list[ProviderEffect]:
     """Each effect once, by the provider's id (a payment listed for itself and again with a
     refund of it), keeping the first listing and any offset another listing saw (with what
-    that listing's ``raw`` adds: the refund's id)."""
+    that listing's ``raw`` adds, and the undos it names: each refund's id)."""
     by_id: dict[str, ProviderEffect] = {}
     for effect in effects:
         seen = by_id.get(effect.provider_id)
@@ -96,7 +96,10 @@ def merged(effects: Iterable[ProviderEffect]) -> list[ProviderEffect]:
             by_id[effect.provider_id] = effect
         elif effect.offset:
             raw = {**effect.raw, **seen.raw}
-            by_id[effect.provider_id] = replace(seen, offset=seen.offset or effect.offset, raw=raw)
+            undone_by = tuple(dict.fromkeys(seen.undone_by + effect.undone_by))
+            by_id[effect.provider_id] = replace(
+                seen, offset=seen.offset or effect.offset, raw=raw, undone_by=undone_by
+            )
     return list(by_id.values())
 
 
@@ -250,17 +253,21 @@ def _judged(
             )
         )
     if effect.offset and not step.undone and not step.undoing:
-        found.append(
-            Found(
-                FindingKind.OFFSET_UNKNOWN,
-                effect.provider_id,
-                step.key,
-                f"{effect.provider_id} ({step.tool}, step {step.key}) was {effect.offset} at "
-                f"{provider}, and the journal knows no undo of it",
-                step=step,
-                effect=effect,
+        # One finding for each undo the provider names (a second partial refund of a payment
+        # is news of its own), by the undo's id; one by the effect's id when it names none.
+        for undo in effect.undone_by or ("",):
+            found.append(
+                Found(
+                    FindingKind.OFFSET_UNKNOWN,
+                    undo or effect.provider_id,
+                    step.key,
+                    f"{effect.provider_id} ({step.tool}, step {step.key}) was {effect.offset} "
+                    f"at {provider}" + (f" ({undo})" if undo else "") + ", and the journal "
+                    "knows no undo of it",
+                    step=step,
+                    effect=replace(effect, undone_by=(undo,)) if undo else effect,
+                )
             )
-        )
     if step.undone and not effect.offset and not effect.lapsed:
         found.append(
             Found(

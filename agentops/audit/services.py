@@ -292,6 +292,7 @@ def _effect_of(finding: Finding) -> ProviderEffect:
         currency=side.get("currency") if isinstance(side.get("currency"), str) else None,
         recipient=side.get("recipient") if isinstance(side.get("recipient"), str) else None,
         offset=str(side.get("offset") or ""),
+        undone_by=tuple(str(u) for u in side.get("undone_by") or () if u),
         raw=raw if isinstance(raw, dict) else {},
     )
 

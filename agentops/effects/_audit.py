@@ -33,6 +33,10 @@ class ProviderEffect:
       sides say; ``None`` where the provider does not.
     - ``offset``: how it was undone at the provider (``refunded 4900 usd``, ``released``,
       ``cancelled``), or ``""`` while it stands.
+    - ``undone_by``: the provider's ids of what undid it, when it can say (each refund of a
+      payment, partial or whole): each is a finding of its own, so a second refund of one
+      payment is put in front of a person, and whoever a kind tells of it is told once per
+      refund (``Kind.on_undone_elsewhere``). Empty: the effect is one finding, by its own id.
     - ``lapsed``: it stopped standing on its own (a hold that expired): neither an undo the
       journal should know of, nor one it is missing.
     - ``raw``: what a person needs to see of the provider's object — never its secrets (a
@@ -49,6 +53,7 @@ class ProviderEffect:
     currency: str | None = None
     recipient: str | None = None
     offset: str = ""
+    undone_by: tuple[str, ...] = ()
     lapsed: bool = False
     created: datetime | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)

@@ -10,6 +10,7 @@ they build on it."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -31,7 +32,7 @@ from journal.selectors import step_by_key
 from journal.settle import step_conflict as _step_conflict
 from journal.settle import step_noted
 from journal.settle import step_settle as _step_settle
-from journal.status import FINAL
+from journal.status import FINAL, waiters_wake
 
 
 def step_settle(
@@ -46,9 +47,15 @@ def step_settle(
     report that contradicts a settled step is a conflict, and its task goes to a person),
     with ``notes`` of what arrived (``note(EntryKind.WEBHOOK_RECEIVED, ...)``). Returns
     whether it changed the step. ``actor`` names the provider (``stripe``); once the report
-    is committed, it is counted and a settlement logged (agentops/telemetry)."""
+    is committed, it is counted and a settlement logged (agentops/telemetry). The tasks the
+    guard kept waiting on the step are woken and rung once it is committed (docs/design.md
+    §7); its own task is the caller's to ring."""
     changed = _step_settle(step_id=step_id, outcome=outcome, via=via, notes=notes, actor=actor)
     report_observed(step_id=step_id, provider=actor, reported=outcome.state, changed=changed)
+    if changed:
+        key = Step.objects.filter(pk=step_id).values_list("key", flat=True).get()
+        for waiter in waiters_wake(key=key, actor=actor or "provider"):
+            transaction.on_commit(partial(_task_ring, task_id=waiter))
     return changed
 
 

@@ -174,7 +174,9 @@ def _journal_state(j: Mapping[str, Any]) -> str:
 
 def _provider_state(p: Mapping[str, Any], finding: Finding) -> str:
     if p.get("offset"):
-        return f"happened, then {readable_text(str(p['offset']), currencies_of(finding))}"
+        undos = [str(u) for u in p.get("undone_by") or () if u]
+        by = f" ({', '.join(undos)} found here)" if undos else ""
+        return f"happened, then {readable_text(str(p['offset']), currencies_of(finding))}{by}"
     if p.get("lapsed"):
         return "happened, then lapsed on its own"
     return "happened, standing"

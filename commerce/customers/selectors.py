@@ -35,6 +35,33 @@ class PaymentState(StrEnum):
 
 
 @dataclass(frozen=True)
+class ReceiptLine:
+    """One line of the invoice a payment was made for, as the receipt says it."""
+
+    description: str
+    quantity: int | None
+    amount_text: str
+
+
+def receipt_lines(refs: Any, currency: str) -> tuple[ReceiptLine, ...]:
+    """The invoice's lines the charging task took from the record (its ``lines`` ref,
+    commerce/intents.py ``record_lines``), each amount in major units with the currency;
+    none when its task names none."""
+    lines = refs.get("lines") if isinstance(refs, dict) else None
+    if not isinstance(lines, list):
+        return ()
+    return tuple(
+        ReceiptLine(
+            description=str(line.get("description") or ""),
+            quantity=line["quantity"] if type(line.get("quantity")) is int else None,
+            amount_text=money_text(line["amount"], currency),
+        )
+        for line in lines
+        if isinstance(line, dict) and type(line.get("amount")) is int
+    )
+
+
+@dataclass(frozen=True)
 class Payment:
     invoice: str
     state: PaymentState
@@ -61,6 +88,9 @@ class Payment:
     # The card it was paid with, as the receipt says it ("Visa ending 4242"): from the
     # charge's evidence (its brand and last four digits only); empty when it does not say.
     card: str = ""
+    # What it was paid for: the invoice's lines, as the record the charge was made for has
+    # them (the charging task's references); none when the task names none.
+    lines: tuple[ReceiptLine, ...] = ()
 
     @property
     def amount_text(self) -> str:
@@ -160,6 +190,10 @@ def payment_of(*, invoice: str) -> Payment | None:
             paid_at=charge.settled_at,
             reference=_reference(charge),
             card=card_text(charge.evidence),
+            lines=receipt_lines(
+                Task.objects.filter(pk=charge.task_id).values_list("refs", flat=True).first(),
+                currency,
+            ),
             refunded=at_provider is not None,
             # Not when it was refunded: the audit says only when it found it.
             refunded_amount=at_provider[1] if at_provider else None,

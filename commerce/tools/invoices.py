@@ -50,7 +50,7 @@ class LookUpInvoice(HttpTool):
     path = "/v1/invoices/search"
     body_args = False
     evidence = ("id",)
-    keep = ("number", "amount_due", "currency", "customer", "customer_email", "status")
+    keep = ("number", "amount_due", "currency", "customer", "customer_email", "status", "lines")
 
     def call(self, args: Mapping[str, Any], *, key: str) -> Observation:
         """The invoice whose number is ``invoice`` in the journal's normal form

@@ -154,12 +154,14 @@ def test_a_refund_made_at_the_provider_is_a_finding_that_hands_its_task_to_a_per
 
     # Someone refunds the payment in the provider's dashboard: no key, no step, no webhook the
     # journal can place.
-    payments_sandbox.client.refund_from_dashboard(charge.evidence["payment_intent"])
+    refund = payments_sandbox.client.refund_from_dashboard(charge.evidence["payment_intent"])
     assert audit("stripe", since).found == 1
 
     finding = Finding.objects.get(step=charge)
     assert finding.kind == FindingKind.OFFSET_UNKNOWN and finding.task_id == task.pk
-    assert finding.effect_id == charge.evidence["payment_intent"]
+    # Filed by the refund (a second refund of the payment is a finding of its own).
+    assert finding.effect_id == refund["id"]
+    assert charge.evidence["payment_intent"] in finding.summary
     assert "refunded 4900 usd" in finding.summary
     assert finding.provider_side["raw"]["amount_refunded"] == 4900
     assert finding.journal_side["state"] == "done" and finding.journal_side["undone"] is False

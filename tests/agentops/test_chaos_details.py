@@ -23,8 +23,10 @@ def test_a_recorded_step_says_its_call_though_its_entry_does_not() -> None:
     )
     entries = journals([str(task.pk), "not-a-task"])[str(task.pk)]
     recorded = [data for _, kind, _, data in entries if kind == "step_recorded"]
+    assert recorded[0]["by"].startswith("runner-")  # which runner recorded it (its version)
     assert recorded == [
         {
+            "by": recorded[0]["by"],
             "attempt": 1,
             "key": recorded[0]["key"],
             "tool": "charge",

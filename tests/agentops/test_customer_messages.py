@@ -23,6 +23,7 @@ from agentops.kinds import followup_start, kinds, tools_for
 from agentops.operators.services import task_cancel
 from agentops.runner import task_run
 from commerce.customers.links import NOTICE_KIND, payment_link
+from commerce.intents import record_lines
 from journal.leases import lease_acquire, lease_release
 from journal.models import Step, Task
 from journal.perform import step_perform
@@ -31,6 +32,7 @@ from journal.record import step_record
 from journal.selectors import task_facts_by_id
 from journal.status import TransitionRefused
 from tests.agentops.test_business_effects import renewal_refs, trip_refs
+from tests.agentops.test_operators import client_for, user
 from tests.agentops.workers import quiet_world
 from tests.databases import flag
 from tests.journal.support import invoice
@@ -72,6 +74,10 @@ def messages(mail: SandboxHandle, inv: str, purpose: str) -> list[dict[str, Any]
         ):
             found.append(entry)
     return found
+
+
+def operators_client() -> Client:
+    return client_for(user("Operators"))
 
 
 def notices(inv: str) -> list[Task]:
@@ -221,7 +227,8 @@ def test_a_refund_the_audit_finds_is_emailed_once_keyed_by_the_refund(
         report = audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command")
         assert not report.error, report.error
     (finding,) = Finding.objects.filter(step=charge)
-    assert finding.provider_side["raw"]["refund"] == refund["id"]
+    assert finding.effect_id == refund["id"]
+    assert finding.provider_side["undone_by"] == [refund["id"]]
     # The page says Refunded at once; the audit (the worker role) starts no task: the person
     # who resolves the finding has the customer told.
     page = Client().get(payment_link(inv, task.pk)).content.decode()
@@ -251,6 +258,50 @@ def test_a_refund_the_audit_finds_is_emailed_once_keyed_by_the_refund(
     assert "Your payment and its refund: " in sent["params"]["body"]
 
 
+def test_each_partial_refund_the_audit_finds_is_emailed_once_with_its_own_amount(
+    world: None, payments_sandbox: SandboxHandle, mail_sandbox: SandboxHandle
+) -> None:
+    since: datetime = timezone.now()
+    inv = invoice()
+    task = run(task_start(kind="renewal", goal="renew", refs=renewal_refs(inv)))
+    assert task.status == "finished", task.attention
+    charge = Step.objects.get(task=task, tool="charge_customer", kind="call")
+    intent = charge.evidence["payment_intent"]
+    first = payments_sandbox.client.refund_from_dashboard(intent, amount=1000)
+    audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command")
+    (found,) = Finding.objects.filter(step=charge)
+    finding_resolve(finding_id=found.pk, actor="ops", reason="10.00 back, as agreed")
+
+    # A second partial refund of the same payment, after the first was told: news of its own.
+    second = payments_sandbox.client.refund_from_dashboard(intent, amount=1500)
+    for _ in range(2):
+        audit_run(provider="stripe", since=since, until=timezone.now(), trigger="command")
+    findings = Finding.objects.filter(step=charge).order_by("id")
+    assert [f.effect_id for f in findings] == [first["id"], second["id"]]
+    later = findings[1]
+    assert later.is_open
+    # Its page says which refund it is about, beside the payment's whole refunded amount.
+    shown = operators_client().get(f"/audit/{later.pk}").content.decode()
+    assert f"happened, then refunded 25.00 USD ({second['id']} found here)" in shown
+    finding_resolve(finding_id=later.pk, actor="ops", reason="15.00 more, as agreed")
+    with pytest.raises(FindingRefused):
+        finding_resolve(finding_id=later.pk, actor="ops", reason="again")
+
+    told = {n.refs["refund"]: n for n in notices(inv)}
+    assert set(told) == {first["id"], second["id"]}
+    for notice in told.values():
+        assert run(notice).status == "finished"
+        run(notice)  # run again: nothing more is sent
+    sent = messages(mail_sandbox, inv, "refund")
+    assert len(sent) == 2
+    bodies = sorted(m["params"]["body"] for m in sent)
+    assert f"We refunded 10.00 USD of your payment of 49.00 USD for {inv}." in bodies[0]
+    assert f"We refunded 15.00 USD of your payment of 49.00 USD for {inv}." in bodies[1]
+    # The page says what was refunded in all.
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert "25.00" in page
+
+
 # --- The card on the receipt ------------------------------------------------------------------
 
 
@@ -268,3 +319,74 @@ def test_the_receipt_says_the_card_by_its_brand_and_last_four_digits(world: None
 
     page = Client().get(payment_link(inv, task.pk)).content.decode()
     assert "<dt>Paid with</dt><dd>Mastercard ending 4444</dd>" in page
+    assert "receipt-lines" not in page  # its task named no lines: none shown
+
+
+# --- The invoice's lines on the receipt -------------------------------------------------------
+
+
+def test_the_invoices_lines_are_taken_from_the_record_as_stripe_lists_them() -> None:
+    record = {
+        "number": "INV-1",
+        "lines": {
+            "object": "list",
+            "data": [
+                {
+                    "id": "il_1",
+                    "object": "line_item",
+                    "amount": 9_900,
+                    "currency": "eur",
+                    "description": "1 × Team plan",
+                    "quantity": 1,
+                },
+                {
+                    "id": "il_2",
+                    "object": "line_item",
+                    "amount": 3_000,
+                    "currency": "eur",
+                    "description": "3 × Extra\nseat\u2028",
+                    "quantity": 3,
+                },
+                {"id": "il_3", "object": "line_item", "amount": -500, "description": None},
+            ],
+        },
+    }
+    assert record_lines(record) == [
+        {"description": "1 × Team plan", "amount": 9_900, "quantity": 1},
+        {"description": "3 × Extra seat", "amount": 3_000, "quantity": 3},
+        {"description": "", "amount": -500},
+    ]
+    # A line without an integer amount: the receipt shows no lines rather than some.
+    assert record_lines({"lines": {"data": [{"amount": "9900"}]}}) == []
+    assert record_lines({"lines": {"data": [{"amount": 1}] * 101}}) == []
+    assert record_lines({}) == []
+
+
+def test_the_receipt_lists_the_invoices_lines_in_major_units(world: None) -> None:
+    inv = invoice()
+    lines = [
+        {"description": "1 × Team plan (at €39.00 / month)", "quantity": 1, "amount": 3_900},
+        {"description": "<b>Seat</b>", "quantity": 2, "amount": 1_000},
+    ]
+    refs = {**renewal_refs(inv), "currency": "eur", "lines": lines}
+    task = run(task_start(kind="renewal", goal="renew", refs=refs))
+    assert task.status == "finished", task.attention
+    page = Client().get(payment_link(inv, task.pk)).content.decode()
+    assert "<caption>What you paid for</caption>" in page
+    assert (
+        '<tr><td>1 × Team plan (at €39.00 / month)</td><td class="num">1</td>'
+        '<td class="num">39.00 EUR</td></tr>'
+    ) in page
+    # The record's words are text, never markup.
+    assert (
+        '<td>&lt;b&gt;Seat&lt;/b&gt;</td><td class="num">2</td><td class="num">10.00 EUR</td>'
+        in page
+    )
+    assert '<th scope="row" colspan="2">Total</th><td class="num">49.00 EUR</td>' in page
+    # Lines a task was started with must be the record's shape: anything else is refused.
+    with pytest.raises(ValueError, match="lines"):
+        task_start(
+            kind="renewal",
+            goal="renew",
+            refs={**renewal_refs(invoice()), "lines": [{"description": "x", "amount": 1.5}]},
+        )

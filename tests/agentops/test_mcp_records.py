@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.test import override_settings
+from django.test import Client, override_settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from mcp_types import CallToolResult
@@ -24,6 +24,7 @@ from agentops.mcp import wire
 from agentops.mcp.selectors import Answer, step_answer
 from agentops.mcp.services import record_read
 from agentops.mcp.wire import ERRORS, REFUSALS
+from commerce.customers.links import payment_link
 from journal.models import Step, Task
 from tests.agentops.mcp_support import Session, data, in_process, mcp_client, run, text
 from tests.agentops.test_business_effects import charges_of
@@ -105,6 +106,11 @@ def test_an_invoice_naming_its_customer_is_charged_once_to_that_customer(
     assert int(charge["params"]["amount"]) == 12_900 and charge["params"]["currency"] == "eur"
     [task] = Task.objects.filter(refs__invoice=number)
     assert task.refs["customer"] == customer
+    # The record's lines, kept for the receipt: on the paid page, in major units.
+    assert [line["amount"] for line in task.refs["lines"]] == [9_900, 3_000]
+    page = Client().get(payment_link(number, task.pk)).content.decode()
+    assert '3 × Extra seat (at €10.00 / month)</td><td class="num">3</td>' in page
+    assert '<td class="num">30.00 EUR</td>' in page
 
 
 def test_any_spelling_of_the_number_finds_the_record_and_charges_it_once(

@@ -24,7 +24,7 @@ from django.test import override_settings
 
 from agentops.doorbell import run_queue
 from agentops.effects import task_start
-from agentops.retention import RANG_KEY, journal_retain, retention_sweep
+from agentops.retention import RANG_KEY, journal_retain, report_lines, retention_sweep
 from journal.keys import task_id_new
 from journal.models import Partition, Retention, Step, Task
 from journal.record import task_create
@@ -269,3 +269,50 @@ def test_the_sweeper_rings_for_retention_once_a_day() -> None:
     redis.delete(RANG_KEY)
     with override_settings(JOURNAL_RETENTION_INTERVAL_SECONDS=0):
         assert retention_sweep() == 0  # 0: never rung, only by hand
+
+
+@pytest.mark.usefixtures("committed", "short_keep")
+def test_a_dropped_range_takes_its_tasks_claims_and_notes_and_no_others() -> None:
+    """Who held a task and what operators noted on it (a note may hold what a customer said)
+    go with the task's range; a task of another range keeps its own."""
+    from agentops.models import TaskClaim, TaskCoordination
+    from agentops.operators.claims import task_claim, task_note, task_release
+    from journal.operator import task_cancel
+
+    partition, at = past_range()
+    old = task_create(
+        kind="renewal", goal="long ago", refs=renewal_refs(invoice()), task_id=task_id_new(at)
+    )
+    other = task_create(kind="renewal", goal="now", refs=renewal_refs(invoice()))
+    for task in (old, other):
+        task_claim(task_id=task.pk, actor="ada")
+        task_note(task_id=task.pk, actor="ada", text="Customer phoned: +44 20 7946 0000")
+    task_release(task_id=old.pk, actor="ada")
+    task_claim(task_id=old.pk, actor="bob")
+    flag(old.pk, "rounds_exhausted", "a person looks at it")
+    task_cancel(task_id=old.pk, actor="operator:bob", reason="not needed")
+    assert TaskCoordination.objects.filter(task_id=old.pk).count() == 4
+
+    # The app's role cannot delete them itself, nor may its function outside a dropped range.
+    for table in ("agentops_taskclaim", "agentops_taskcoordination"):
+        with pytest.raises(DatabaseError, match="permission denied"), transaction.atomic():
+            connection.cursor().execute(f"DELETE FROM {table} WHERE task_id = %s", [old.pk])  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT claims, notes FROM agentops_coordination_forget(p_partition => %s)",
+            [partition.name],
+        )
+        assert cursor.fetchone() == (0, 0)  # not dropped yet: nothing of it goes
+    assert TaskClaim.objects.filter(task_id=old.pk).exists()
+
+    droppable(partition)
+    report = journal_retain()
+    assert partition.name in [p.name for p in report.dropped]
+    assert not TaskClaim.objects.filter(task_id=old.pk).exists()
+    assert not TaskCoordination.objects.filter(task_id=old.pk).exists()
+    assert report.forgotten["agentops_taskclaim"] == 1
+    assert report.forgotten["agentops_taskcoordination"] == 4
+    assert "forgot 4 row(s) of agentops_taskcoordination" in report_lines(report)
+    # The present task's claim and note stay.
+    assert TaskClaim.objects.get(task_id=other.pk).holder == "ada"
+    assert TaskCoordination.objects.filter(task_id=other.pk).count() == 2

@@ -19,6 +19,7 @@ import pytest
 from django.db import connection
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from agentops.api.selectors import task_out
 from agentops.effects import task_start
@@ -192,3 +193,108 @@ def test_the_list_costs_the_same_statements_however_many_tasks_wait() -> None:
     assert {holder.pk, first.pk, *(t.pk for t in more)} <= {t.pk for t in shown.page.object_list}
     html = c.get(f"/tasks/{first.pk}").content.decode()
     assert f'href="/tasks/{holder.pk}"' in html and "which is unknown, with a person" in html
+
+
+# --- Woken at once when a person resolves the holder ------------------------------------------
+
+HOUR = 3600.0
+
+
+def _rung(task_id: Any) -> bool:
+    """Whether a run of the task is in the run queue now (rung, not scheduled)."""
+    from agentops.doorbell import run_queue
+
+    return any(list(job.args) == [str(task_id)] for job in run_queue().jobs)
+
+
+def _held_for_an_hour(payments: SandboxHandle) -> tuple[str, Task, Task, Step]:
+    """As :func:`blocked_by_a_flagged_charge`, run as a worker runs them (agentops.runner,
+    its policy from the settings), with every lookup delay an hour: the waiting task's
+    backed-off time is an hour away, so only a wake can run it sooner."""
+    from agentops.runner import task_run
+
+    inv = invoice()
+    first = task_start(kind="renewal", goal="renew", refs=renewal_refs(inv))
+    payments.client.fault("payment_intents.create", "latency_after_effect", delay=1.5)
+    assert task_run(task_id=first.pk).stopped == "waiting"
+    holder = Step.objects.get(task=first, tool="charge_customer")
+    assert holder.state == "unknown"
+    assert flag(first.pk, "parked", "an operator looks into it")
+    second = task_start(kind="renewal", goal="renew again", refs=renewal_refs(inv))
+    assert task_run(task_id=second.pk).stopped == "waiting"
+    second.refresh_from_db()
+    assert second.wake_at is not None
+    assert (second.wake_at - timezone.now()).total_seconds() > HOUR - 60
+    assert task_run(task_id=second.pk).stopped == "waiting"  # its time has not come
+    return inv, first, second, holder
+
+
+def _finishes_at_once(payments: SandboxHandle, inv: str, second: Task) -> None:
+    from agentops.runner import task_run
+
+    assert Task.objects.get(pk=second.pk).status == "runnable"
+    assert _rung(second.pk)
+    assert task_run(task_id=second.pk).stopped == "finished"
+    again = Step.objects.filter(task=second, tool="charge_customer").order_by("n").last()
+    assert again is not None and (again.state, again.refusal) == ("not_done", "already_done")
+    assert len(charges_of(payments, inv)) == 1  # one effect, never twice
+
+
+@pytest.mark.usefixtures("world")
+@override_settings(RECONCILE_SCHEDULE=[HOUR])
+def test_a_waiting_task_wakes_at_once_when_a_person_settles_the_holder_by_hand(
+    payments_sandbox: SandboxHandle,
+) -> None:
+    from agentops.decisions import decision_apply
+    from agentops.operators.services import step_resolve
+
+    inv, first, second, holder = _held_for_an_hour(payments_sandbox)
+    [made] = charges_of(payments_sandbox, inv)
+    decision = step_resolve(
+        step_id=holder.pk,
+        actor="ada",
+        done=True,
+        evidence=made["object_id"],
+        reason="the dashboard shows the payment",
+    )
+    # Recorded by the web server: nothing wakes until a worker applies it.
+    assert Task.objects.get(pk=second.pk).status == "waiting"
+    assert decision_apply(decision_id=decision).startswith("settled")
+    _finishes_at_once(payments_sandbox, inv, second)
+    woken = second.entries.filter(kind="task_resumed", data__to="runnable").last()
+    assert woken is not None and woken.actor == "ada"
+    assert holder.key in str(woken.data)
+
+
+@pytest.mark.usefixtures("world")
+@override_settings(RECONCILE_SCHEDULE=[HOUR])
+def test_a_waiting_task_wakes_at_once_when_a_lookup_a_person_asked_for_settles_the_holder(
+    payments_sandbox: SandboxHandle,
+) -> None:
+    from agentops.operators.services import steps_reconcile_now
+    from agentops.runner import task_run
+
+    inv, first, second, holder = _held_for_an_hour(payments_sandbox)
+    steps_reconcile_now(step_ids=[holder.pk], actor="ada", reason="ask again now")
+    assert Task.objects.get(pk=second.pk).status == "waiting"  # the holder is not settled yet
+    assert task_run(task_id=first.pk).stopped == "finished"
+    assert Step.objects.get(pk=holder.pk).state == "done"
+    _finishes_at_once(payments_sandbox, inv, second)
+
+
+@pytest.mark.usefixtures("world")
+@override_settings(RECONCILE_SCHEDULE=[HOUR])
+def test_a_waiting_task_wakes_at_once_when_a_providers_report_settles_the_holder(
+    payments_sandbox: SandboxHandle,
+) -> None:
+    """What a provider's notification applies (``agentops.effects.step_settle``, as every
+    applier settles) wakes the tasks waiting on the step too."""
+    from agentops.effects import step_settle
+
+    inv, first, second, holder = _held_for_an_hour(payments_sandbox)
+    [made] = charges_of(payments_sandbox, inv)
+    evidence = {"payment_intent": made["object_id"]}
+    assert step_settle(
+        step_id=holder.pk, outcome=Outcome.done(evidence), via="webhook", actor="stripe"
+    )
+    _finishes_at_once(payments_sandbox, inv, second)

@@ -378,7 +378,17 @@ class Pays(ChargeTool):
 
 
 def paid(inv: str) -> Task:
-    task = renewal(inv)
+    """Paid, for an invoice with lines (the receipt's table is checked with the rest)."""
+    refs = {
+        "invoice": inv,
+        "amount": 4900,
+        "email": "ada@example.com",
+        "lines": [
+            {"description": "1 × Team plan (at $39.00 / month)", "quantity": 1, "amount": 3900},
+            {"description": "2 × Extra seat (at $5.00 / month)", "quantity": 2, "amount": 1000},
+        ],
+    }
+    task = task_start(kind="renewal", goal="renew", refs=refs)
     lease = lease_acquire(task_id=task.pk, owner="test")
     assert lease is not None
     tool = Pays(Provider(), name="charge_customer", evidence=("payment_intent",))
@@ -444,6 +454,9 @@ def test_every_customer_state_has_no_serious_or_critical_axe_violation_in_light_
                 with override_settings(CUSTOMER_LINK_MAX_AGE_DAYS=-1 if "expired" in name else 30):
                     customer.goto(url)
                     assert customer.inner_text("h1") == expected[name], name
+                    if name == "paid":
+                        lines = customer.inner_text("table.receipt-lines")
+                        assert "2 × Extra seat (at $5.00 / month)\t2\t10.00 USD" in lines
                     found[f"{name} ({scheme})"] = accessibility_problems(customer)
                     dark = customer.evaluate("matchMedia('(prefers-color-scheme: dark)').matches")
                     assert dark is (scheme == "dark")
