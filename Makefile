@@ -13,7 +13,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # The browser tests drive Debian's Chromium (never one a tool downloads).
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test docs bench soak chaos promtool patroni systemd-analyze
+.PHONY: run test docs bench soak chaos chaos-cluster promtool patroni systemd-analyze
 
 run: $(STAMP)
 	$(VENV)/bin/python scripts/stack.py run
@@ -95,6 +95,12 @@ patroni:
 CHAOS_ARGS ?=
 chaos: $(STAMP)
 	$(VENV)/bin/python scripts/stack.py chaos -- $(VENV)/bin/python manage.py chaos --json $(CHAOS_ARGS)
+
+# The same on a Patroni cluster (devtools/chaos/cluster.py): a primary and its synchronous
+# standby, each in a network namespace of its own (as root), with a failover, a switchover,
+# the primary cut off, Redis emptied and a rolling deploy of the workers on top.
+chaos-cluster: $(STAMP) patroni
+	$(VENV)/bin/python scripts/stack.py chaos -- $(VENV)/bin/python -m devtools.chaos.cluster --json $(CHAOS_ARGS)
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

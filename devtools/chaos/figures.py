@@ -223,9 +223,98 @@ def render(runs: Sequence[Run]) -> str:
     )
 
 
-def readme_block(text: str) -> str:
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    return text[start:end]
+def readme_block(text: str, begin: str = BEGIN, end: str = END) -> str:
+    start, stop = text.index(begin), text.index(end) + len(end)
+    return text[start:stop]
+
+
+# --- the cluster run (``make chaos-cluster``: devtools.chaos.cluster) --------------------------
+
+CLUSTER_BEGIN = (
+    "<!-- cluster figures: begin (python -m devtools.chaos.figures --write docs/proof.md) -->"
+)
+CLUSTER_END = "<!-- cluster figures: end -->"
+CLUSTER_FAULT_NAMES = {
+    "postgres_failover": "primary killed (failover)",
+    "postgres_switchover": "switchover",
+    "postgres_isolate": "primary cut off (partition)",
+    "rolling_deploy": "rolling deploy of the workers",
+}
+
+
+def cluster_runs_load(directory: Path = FIGURES_DIR) -> list[Run]:
+    """The cluster runs' figures (``cluster-seed-N-HARNESS.json``), by seed then harness."""
+    runs = [json.loads(p.read_text()) for p in sorted(directory.glob("cluster-*.json"))]
+    order = {h: i for i, h in enumerate(HARNESSES)}
+    return sorted(runs, key=lambda r: (r["seed"], order.get(r["harness"], 9)))
+
+
+def _recovery(run: Run, kind: str) -> str:
+    found = [f for f in run.get("cluster", {}).get("faults", []) if f.get("kind") == kind]
+    if not found:
+        return "—"
+    return ", ".join(
+        f"{f['recovery_s']:.1f}" if f.get("recovery_s") is not None else "never" for f in found
+    )
+
+
+def table_cluster(runs: Sequence[Run]) -> str:
+    head = "| | " + " | ".join(f"seed {r['seed']} {r['harness']}" for r in runs) + " |"
+    lines = [head, "|---|" + "---:|" * len(runs)]
+    rows: list[tuple[str, Callable[[Run], Any]]] = [
+        ("verdict", lambda r: "**pass**" if r["ok"] else "fail"),
+        ("tasks", lambda r: r["tasks"]),
+        *[
+            (_bold(name), lambda r, n=name: _or_dash(r.get(n)))
+            for name in ("duplicates", "business_duplicates", "lost", "unknown_open")
+        ],
+        (_bold("needs_human"), lambda r: _or_dash(r.get("needs_human"))),
+        (_bold("committed_lost"), lambda r: _or_dash(r.get("committed_lost"))),
+        *[
+            (f"{label}: s to the next commit", lambda r, k=kind: _recovery(r, k))
+            for kind, label in CLUSTER_FAULT_NAMES.items()
+        ],
+        ("Redis restarted empty", lambda r: r["faults_injected"].get("redis_restart", 0)),
+        ("worker processes started again", lambda r: r.get("worker_restarts", "—")),
+        ("wall, s", lambda r: r.get("wall_s", "—")),
+        ("commit", _commit),
+    ]
+    for name, value in rows:
+        lines.append(f"| {name} | " + " | ".join(str(value(r)) for r in runs) + " |")
+    return "\n".join(lines)
+
+
+def sizing(runs: Sequence[Run]) -> str:
+    """What a step and a task cost the primary, from the runs' capacity measurements (the
+    median over the runs that measured it)."""
+    measured = [r["capacity"] for r in runs if r.get("capacity")]
+    if not measured:
+        return "No cluster run has measured its capacity yet."
+
+    def med(name: str) -> float:
+        return float(statistics.median(m[name] for m in measured))
+
+    wal, size = med("wal_bytes_per_step"), med("journal_bytes_per_task")
+    sync, local = med("commit_sync_ms"), med("commit_local_ms")
+    per_day = size * 10 * 86400 / 1e9
+    return "\n".join(
+        [
+            "| sizing (the cluster runs' medians) | |",
+            "|---|---:|",
+            f"| WAL a step (the primary's over the whole run: its faults' too) | {wal:,.0f} B |",
+            f"| what the journal's tables and indexes grew by a task | {size:,.0f} B |",
+            f"| the journal's growth a day at 10 tasks/s, before retention | {per_day:,.1f} GB |",
+            f"| a one-row commit, synchronous standby (median of 200) | {sync:.2f} ms |",
+            f"| the same, committed locally only (median of 200, interleaved) | {local:.2f} ms |",
+            f"| what the synchronous standby adds to a commit | {sync - local:.2f} ms |",
+        ]
+    )
+
+
+def render_cluster(runs: Sequence[Run]) -> str:
+    if not runs:
+        return "\n\n".join([CLUSTER_BEGIN, "No cluster run recorded yet.", CLUSTER_END])
+    return "\n\n".join([CLUSTER_BEGIN, table_cluster(runs), sizing(runs), CLUSTER_END])
 
 
 def runs_stale(runs: Sequence[Run], current: Mapping[str, str] | None) -> list[str]:
@@ -253,7 +342,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     runs = runs_load(options.dir)
     block = render(runs)
-    stale = runs_stale(runs, product_trees())
+    cluster = cluster_runs_load(options.dir)
+    cluster_block = render_cluster(cluster)
+    stale = runs_stale([*runs, *cluster], product_trees())
     for sentence in stale:
         print(f"not the current code's figures: {sentence}", file=sys.stderr)
     refuse = bool(stale) and not options.allow_stale
@@ -266,13 +357,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if options.write is not None:
         text = options.write.read_text()
-        options.write.write_text(text.replace(readme_block(text), block))
+        text = text.replace(readme_block(text), block)
+        if CLUSTER_BEGIN in text:
+            text = text.replace(readme_block(text, CLUSTER_BEGIN, CLUSTER_END), cluster_block)
+        options.write.write_text(text)
     elif options.check is not None:
-        if readme_block(options.check.read_text()) != block:
+        text = options.check.read_text()
+        if readme_block(text) != block or (
+            CLUSTER_BEGIN in text
+            and readme_block(text, CLUSTER_BEGIN, CLUSTER_END) != cluster_block
+        ):
             print(f"{options.check}: the chaos figures differ from {options.dir}", file=sys.stderr)
             return 1
     else:
         print(block)
+        print(cluster_block)
     return 0
 
 

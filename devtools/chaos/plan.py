@@ -10,7 +10,7 @@ machine's timing decides; the figures of two runs of one seed are close, not ide
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import stripe
@@ -298,12 +298,44 @@ def _tasks(r: random.Random, count: int, run: str, full: list[str]) -> list[Task
     return tasks
 
 
-def plan_make(*, seed: int, tasks: int, run: str, refusals: int = 0) -> Plan:
+# The cluster run's faults (``--cluster``: PostgreSQL under Patroni, devtools.chaos.cluster),
+# each a while after the last, so that the cluster has its synchronous standby back first:
+# the primary killed (Patroni promotes the standby; the dead node rejoins), a switchover, the
+# primary cut from the network (demoted, replaced; it rejoins once healed), Redis restarted
+# empty, and a rolling deploy of the workers (each stopped warm and started as the next
+# version).
+CLUSTER_FAULTS = (
+    "postgres_failover",
+    "redis_restart",
+    "postgres_switchover",
+    "rolling_deploy",
+    "postgres_isolate",
+)
+CLUSTER_SHORT = ("postgres_failover", "postgres_isolate")
+"""The short run's (``make test``): one failover, one partition."""
+CLUSTER_SPACING = 22.0
+"""Seconds between two of them: a failover (Patroni's ttl) and the dead node's rejoining."""
+CLUSTER_ISOLATE = 15.0
+"""How long the primary is cut off: past Patroni's ttl, so it is demoted and replaced."""
+
+
+def plan_make(
+    *,
+    seed: int,
+    tasks: int,
+    run: str,
+    refusals: int = 0,
+    cluster: bool = False,
+    short: bool = False,
+) -> Plan:
     """The plan of a run of ``tasks`` tasks for ``seed``; ``run`` only names its objects
     (invoices, travellers) apart from other runs' in the same database. ``refusals``: how
     many charges the payment provider refuses us for on purpose (the first ones it gets),
     each leaving its task to a person; 0 by default, so that a run whose faults are all
-    recoverable must end with nobody asked."""
+    recoverable must end with nobody asked. ``cluster``: the run's PostgreSQL is a Patroni
+    cluster (devtools.chaos.cluster): the tasks are started over the time its faults
+    (:data:`CLUSTER_FAULTS`) take, which replace the single PostgreSQL's crash; the rest of
+    the plan is the same seed's; ``short``: only :data:`CLUSTER_SHORT`'s."""
     if tasks < 1:
         raise ValueError("a chaos run needs at least one task")
     if refusals < 0:
@@ -336,7 +368,7 @@ def plan_make(*, seed: int, tasks: int, run: str, refusals: int = 0) -> Plan:
         for fault, probability in faults
     ]
     submit_over = max(8.0, tasks / 5.0)
-    faults_until = submit_over + 10.0
+    faults_until = old_until = submit_over + 10.0
 
     def moment() -> float:
         return round(r.uniform(2.0, faults_until - 2.0), 2)
@@ -363,8 +395,22 @@ def plan_make(*, seed: int, tasks: int, run: str, refusals: int = 0) -> Plan:
         )
         for _ in range(max(1, tasks // 150))
     ]
-    events += [Event(moment(), "redis_restart") for _ in range(max(1, tasks // 300))]
-    events += [Event(moment(), "postgres_restart") for _ in range(max(1, tasks // 300))]
+    if cluster:
+        # Its own draws (the other events' moments are the same seed's as without), and the
+        # tasks started over the whole of it, so that every fault finds some in flight.
+        c = random.Random(f"{seed}:cluster")  # noqa: S311 - reproducible, as above
+        first = 6.0
+        kinds = CLUSTER_SHORT if short else CLUSTER_FAULTS
+        submit_over = max(submit_over, first + CLUSTER_SPACING * len(kinds))
+        faults_until = submit_over + 10.0
+        events = [replace(e, at=round(e.at * faults_until / old_until, 2)) for e in events]
+        for i, kind in enumerate(kinds):
+            at = round(first + CLUSTER_SPACING * i + c.uniform(0.0, 3.0), 2)
+            duration = CLUSTER_ISOLATE if kind == "postgres_isolate" else 0.0
+            events.append(Event(at, kind, duration=duration))
+    else:
+        events += [Event(moment(), "redis_restart") for _ in range(max(1, tasks // 300))]
+        events += [Event(moment(), "postgres_restart") for _ in range(max(1, tasks // 300))]
     events += [
         Event(moment(), "provider_down", target=provider, duration=round(r.uniform(1.5, 4.0), 2))
         for provider in OPERATIONS

@@ -8,7 +8,10 @@ harness's agent was given is borne out (``untrue_answers``; None for the other h
 which answer no agent), every customer whose trip was rejected or whose task's effects were
 undone was told so by one closing message in the mail provider's ledger, not none
 (``customers_not_told``), not two (``customers_told_twice``), and no customer was sent one
-whose task was not compensated (``customers_told_wrongly``) — and the tasks the plan
+whose task was not compensated (``customers_told_wrongly``), and on a Patroni cluster
+(``--cluster``) no step the primary showed committed before a failover, switchover or
+partition is missing or settled otherwise after it (``committed_lost``; None without a
+cluster) — and the tasks the plan
 hands to a person on purpose (``--refuse-us N``: the provider refuses *us* for N charges,
 which only a person can put right) are exactly the ones that need a person. A run whose
 faults are all recoverable by design (the default) must therefore end with nobody asked.
@@ -33,6 +36,7 @@ MUST_BE_ZERO = (
     "customers_not_told",
     "customers_told_twice",
     "customers_told_wrongly",
+    "committed_lost",
 )
 
 

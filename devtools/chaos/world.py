@@ -111,6 +111,13 @@ class World:
     """The MCP server (the mcp harness only)."""
     mcp_port: int = 0
     mcp_starts: int = 0
+    cluster: bool = False
+    """PostgreSQL is a Patroni cluster (devtools.chaos.cluster): two sweepers run, as on two
+    hosts, and the workers can be deployed anew (:meth:`deploy`)."""
+    version: int = 1
+    """The version the workers run (``AGENTOPS_VERSION``): a rolling deploy moves it on."""
+    deploying: list[Slot] = field(default_factory=list)
+    _deploy_pid: int | None = None
 
     @property
     def logs(self) -> Path:
@@ -172,6 +179,8 @@ class World:
             sweep += ["--interval", f"{world.sweep_interval:g}"]
             sweeper_env = {**self.env, "DATABASE_URL": database_url("worker")}
             self.procs["sweeper"] = self._spawn("sweeper", sweep, sweeper_env)
+            if self.cluster:  # one per host, as deploy/README.md runs them: not a singleton
+                self.procs["sweeper-2"] = self._spawn("sweeper-2", sweep, sweeper_env)
         self.slots = [Slot(i) for i in range(self.workers)]
         for slot in self.slots:
             # A dead worker is started again at once: the run's faults are what it measures.
@@ -207,6 +216,7 @@ class World:
             "BOOKINGS_API_BASE": urls["bookings"],
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
+            "AGENTOPS_VERSION": f"chaos-{self.version}",
         }
         if len(env["DJANGO_SECRET_KEY"]) < 50:
             env["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
@@ -243,6 +253,7 @@ class World:
         slot.armed, slot.arm_next, slot.killed = slot.arm_next, "", False
         if slot.armed:
             env.update(armed(slot.armed))
+        env["AGENTOPS_VERSION"] = f"chaos-{self.version}"
         self.started_workers += 1
         return self._spawn(f"worker-{slot.index}", argv, env)
 
@@ -339,6 +350,39 @@ class World:
         self._signal(slot, signal.SIGSTOP)
         return slot.proc.pid
 
+    def deploy(self) -> int:
+        """A rolling deploy of the workers: the next version from now on. Each worker in turn
+        is stopped warm (SIGTERM: RQ finishes the job in hand, then exits) and, once its
+        replacement runs the new version, the next (:meth:`deploy_go_on`, each tick), so that
+        the others run meanwhile. Returns the version deployed."""
+        self.version += 1
+        self.deploying = list(self.slots)
+        self._deploy_pid = None
+        self.deploy_go_on()
+        return self.version
+
+    def deploy_go_on(self) -> None:
+        """The rolling deploy's next move: stop the next worker, or wait for its replacement."""
+        while self.deploying:
+            slot = self.deploying[0]
+            proc = slot.proc
+            if self._deploy_pid is None:
+                if proc is None or proc.poll() is not None:
+                    self.deploying.pop(0)  # dead already: it starts again as the new version
+                    continue
+                slot.killed = True  # a death the run caused, not one of its own
+                if slot.stopped_until is not None:
+                    self._signal(slot, signal.SIGCONT)
+                    slot.stopped_until = None
+                os.kill(proc.pid, signal.SIGTERM)  # the worker alone: its warm shutdown
+                self._deploy_pid = proc.pid
+                return
+            if proc is not None and proc.pid != self._deploy_pid and proc.poll() is None:
+                self.deploying.pop(0)  # its replacement runs the new version: the next
+                self._deploy_pid = None
+                continue
+            return
+
     # --- ending ---------------------------------------------------------------------------
 
     def stop_workers(self) -> None:
@@ -351,9 +395,10 @@ class World:
             self._signal(slot, signal.SIGCONT)
             slot.stopped_until = None
         end(*(s.proc for s in self.slots if s.proc is not None), signum=signal.SIGKILL)
-        sweeper = self.procs.pop("sweeper", None)
-        if sweeper is not None:
-            end(sweeper)
+        for name in ("sweeper", "sweeper-2"):
+            sweeper = self.procs.pop(name, None)
+            if sweeper is not None:
+                end(sweeper)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -365,8 +410,10 @@ class World:
 
 
 @contextlib.contextmanager
-def world_running(*, plan: Plan, harness: str, workers: int, workdir: Path) -> Iterator[World]:
-    world = World(plan=plan, harness=harness, workers=workers, workdir=workdir)
+def world_running(
+    *, plan: Plan, harness: str, workers: int, workdir: Path, cluster: bool = False
+) -> Iterator[World]:
+    world = World(plan=plan, harness=harness, workers=workers, workdir=workdir, cluster=cluster)
     try:
         world.start()
         yield world

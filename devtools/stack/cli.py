@@ -170,9 +170,7 @@ def cmd_run() -> int:
                 "AGENTOPS_PG_PORT": env_port("AGENTOPS_PG_PORT", 54329),
                 "AGENTOPS_REDIS_PORT": env_port("AGENTOPS_REDIS_PORT", 63799),
             },
-            settings={
-                k: v for k, v in env.items() if env_in.get(k) != v and k not in own
-            },
+            settings={k: v for k, v in env.items() if env_in.get(k) != v and k not in own},
             given=[name for name in ("DATABASE_URL", "REDIS_URL") if env_in.get(name)],
         )
         # Only migrate runs as the owner of the tables; everything after runs as the app role.

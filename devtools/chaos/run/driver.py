@@ -16,7 +16,7 @@ from typing import Any
 
 import django_rq
 from django.db import connections
-from django.db.models import Count
+from django.db.models import Count, Max
 from django.db.models.functions import Now
 
 from agentops.effects import task_start
@@ -36,8 +36,15 @@ from devtools.chaos.plan import Event, Plan, TaskSpec
 from devtools.chaos.run.base import OPERATOR, db_or, mcp_clients
 from devtools.chaos.world import World
 from devtools.stack.control import stack_control
-from journal.models import Approval, ApprovalState, Entry, EntryKind, Task, TaskStatus
+from journal.models import Approval, ApprovalState, Entry, EntryKind, Step, Task, TaskStatus
 from journal.status import ADVANCING, FINAL
+
+# A cluster fault and what the run asks its cluster for (devtools.chaos.cluster's control).
+CLUSTER_CONTROL = {
+    "postgres_failover": "restart failover",
+    "postgres_switchover": "restart switchover",
+    "postgres_isolate": "restart isolate",
+}
 
 
 @dataclass
@@ -64,6 +71,11 @@ class Driver:
     mcp_tasks: dict[str, None] = field(default_factory=dict)
     """The tasks the mcp harness's intents started (found in the journal), in order."""
     mcp_kills: list[float] = field(default_factory=list)
+    cluster_faults: list[dict[str, Any]] = field(default_factory=list)
+    """Each cluster fault (``--cluster``): its kind, moment, what the cluster said, and the
+    seconds from it to the journal's next commit."""
+    committed_before: list[dict[int, str] | None] = field(default_factory=list)
+    _recovering: tuple[int, float, int | None] | None = None
 
     @property
     def ids(self) -> list[str]:
@@ -243,6 +255,33 @@ class Driver:
             if server == "postgres":
                 connections.close_all()
             self.hits += [Hit(event.kind, at, task, due) for task, due in struck]
+        elif event.kind in CLUSTER_CONTROL:
+            if self.harness == "naive" or "failover" not in self.servers:
+                self.skipped[event.kind] += 1  # the naive loop keeps nothing in PostgreSQL
+                return
+            before = self._committed()
+            struck = self._waiting_on_a_doorbell(at)
+            request = CLUSTER_CONTROL[event.kind]
+            if event.duration:
+                request += f" {event.duration:g}"
+            answer = stack_control(request) or {}
+            connections.close_all()
+            if not answer.get("ok"):
+                self.skipped[event.kind] += 1
+                self.cluster_faults.append({"kind": event.kind, "error": answer.get("error")})
+                return
+            self.hits += [Hit(event.kind, at, task, due) for task, due in struck]
+            self.committed_before.append(before)
+            self.cluster_faults.append(
+                {"kind": event.kind, "at_s": round(at - self.started, 2), "answer": answer}
+            )
+            self._recovering = (len(self.cluster_faults) - 1, at, self._last_entry())
+        elif event.kind == "rolling_deploy":
+            version = self.world.deploy()
+            self.cluster_faults.append(
+                {"kind": event.kind, "at_s": round(at - self.started, 2), "version": version}
+            )
+            self._recovering = (len(self.cluster_faults) - 1, at, self._last_entry())
         elif event.kind == "provider_down":
             self.world.admin(event.target, lambda c: c.fault("*", "down", delay=event.duration))
         elif event.kind == "mcp_server_kill":
@@ -253,15 +292,69 @@ class Driver:
         if event.kind != "provider_down":  # the provider logs its own
             self.process_faults[event.kind] += 1
 
+    # --- the cluster (``--cluster``: devtools.chaos.cluster) -----------------------------
+
+    def _committed(self) -> dict[int, str] | None:
+        """Every step of the run's tasks as the primary shows it committed: what a failover
+        must not lose (with a synchronous standby, a commit is shown only once it has it)."""
+        if self.harness == "naive":
+            return None
+        rows = db_or(
+            lambda: list(Step.objects.filter(task_id__in=self.ids).values_list("pk", "state")),
+            None,
+        )
+        return None if rows is None else {int(pk): str(state) for pk, state in rows}
+
+    def _last_entry(self) -> int | None:
+        """The journal's newest entry: a step recorded or settled after it is a commit."""
+        return db_or(lambda: Entry.objects.aggregate(last=Max("id"))["last"] or 0, None)
+
+    def watch_recovery(self) -> None:
+        """Once a cluster fault is done: when the journal first commits again (the time from
+        the fault to the next step recorded or settled)."""
+        if self._recovering is None:
+            self.world.deploy_go_on()
+            return
+        self.world.deploy_go_on()
+        index, at, baseline = self._recovering
+        if baseline is None:  # the database was away as the fault began: from now
+            self._recovering = (index, at, self._last_entry())
+            return
+        moved = db_or(
+            lambda: Entry.objects.filter(
+                id__gt=baseline, kind__in=(EntryKind.STEP_RECORDED, EntryKind.STEP_SETTLED)
+            ).exists(),
+            False,
+        )
+        if moved:
+            self.cluster_faults[index]["recovery_s"] = round(time.time() - at, 2)
+            self._recovering = None
+
+    def committed_lost(self) -> tuple[int, list[str]] | None:
+        """Steps shown committed before a cluster fault that are missing after the run, or
+        whose settlement changed: with ``examples``. None for a run with no such fault."""
+        if not self.committed_before:
+            return None
+        after = self._committed() or {}
+        lost = []
+        for before in self.committed_before:
+            for pk, state in (before or {}).items():
+                now = after.get(pk)
+                if now is None or (state in ("done", "not_done") and now != state):
+                    lost.append(f"step {pk}: {state} before, {now or 'missing'} after")
+        unique = sorted(set(lost))
+        return len(unique), unique[:10]
+
     def _held_by(self, pid: int, at: float) -> list[tuple[str, float]]:
         """The tasks a worker process is advancing now (they wait on it)."""
         if self.harness == "naive":
             return [(name, at) for name in self._naive_running(pid)]
-        owner = f"{self.host}:{pid}"
+        # agentops.version.runner_name: where it runs, then which version.
+        owner = f"{self.host}:{pid} "
         held: list[uuid.UUID] = db_or(
             lambda: list(
                 Task.objects.filter(
-                    pk__in=self.ids, lease_owner=owner, lease_expires_at__gt=Now()
+                    pk__in=self.ids, lease_owner__startswith=owner, lease_expires_at__gt=Now()
                 ).values_list("pk", flat=True)
             ),
             [],

@@ -48,23 +48,30 @@ def chaos_run(
     out: TextIO | None = sys.stderr,
     time_limit: float = 540.0,
     refusals: int = 0,
+    cluster: bool = False,
+    short: bool = False,
 ) -> dict[str, Any]:
     """Run the chaos run and return its figures (see devtools.chaos.audit); ``ok`` is true
     only when devtools.chaos.report.verdict finds no reason to fail it (``failed``: the
     reasons). ``refusals``: charges the payment provider refuses us for on purpose, each
-    leaving its task to a person (devtools.chaos.plan)."""
+    leaving its task to a person (devtools.chaos.plan). ``cluster``: the run's PostgreSQL is a
+    Patroni cluster that devtools.chaos.cluster started, whose faults the plan adds."""
     if harness not in HARNESSES:
         raise ValueError(f"harness: {harness!r} is not one of {', '.join(HARNESSES)}")
     queue_to_itself()
     began = time.monotonic()
     run = f"s{seed}-{uuid.uuid4().hex[:6]}"
-    plan = plan_make(seed=seed, tasks=tasks, run=run, refusals=refusals)
+    plan = plan_make(
+        seed=seed, tasks=tasks, run=run, refusals=refusals, cluster=cluster, short=short
+    )
     workdir = workdir or REPO / "var" / "chaos" / run
     servers = restartable_servers()
     bar = Bar(out, f"chaos seed {seed} {harness}")
     with (
         override_settings(**plan.world.driver_settings()),
-        world_running(plan=plan, harness=harness, workers=workers, workdir=workdir) as world,
+        world_running(
+            plan=plan, harness=harness, workers=workers, workdir=workdir, cluster=cluster
+        ) as world,
     ):
         driver = Driver(plan=plan, harness=harness, world=world, servers=servers)
         if harness == "mcp":
@@ -78,6 +85,7 @@ def chaos_run(
         if not driver.calm:  # every task was over before the fault window closed
             driver.calm_providers()
         world.stop_workers()
+        lost = driver.committed_lost() if cluster else None
         if harness == "mcp":
             driver.mcp_tasks_find()
         connections.close_all()
@@ -143,6 +151,14 @@ def chaos_run(
         report.update(doubled)
         if examples:
             report["examples"]["business_duplicates"] = examples
+        if lost is not None and lost[1]:
+            report["examples"]["committed_lost"] = lost[1]
+        if cluster:
+            report["cluster"] = {
+                "short": short,
+                "faults": driver.cluster_faults,
+                "versions_deployed": world.version,
+            }
         unplanned = [d for d in driver.deaths if not d["killed"] and not d["armed"]]
         world_said = plan.world
         report.update(
@@ -167,6 +183,7 @@ def chaos_run(
                 ),
                 "model": model_said(plan, harness),
             },
+            committed_lost=None if lost is None else lost[0],
             approvals=dict(driver.approvals),
             workers=workers,
             worker_restarts=world.started_workers - workers,
@@ -202,6 +219,7 @@ def _drive(driver: Driver, bar: Bar, *, time_limit: float, began: float) -> None
         driver.submit_due(elapsed)
         driver.fire_due(elapsed)
         driver.tend_workers()
+        driver.watch_recovery()
         driver.decide_approvals()
         if not driver.calm and elapsed >= plan.faults_until:
             driver.calm_providers()

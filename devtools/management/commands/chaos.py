@@ -37,6 +37,18 @@ class Command(BaseCommand):
             "those tasks, and only they, must end needing a person (default 0: nobody)",
         )
         parser.add_argument(
+            "--cluster",
+            action="store_true",
+            help="the run's PostgreSQL is a Patroni cluster that `python -m "
+            "devtools.chaos.cluster` started (`make chaos-cluster`): its faults (a failover, a "
+            "switchover, the primary cut off, Redis emptied, a rolling deploy) join the plan",
+        )
+        parser.add_argument(
+            "--short",
+            action="store_true",
+            help="with --cluster: one failover and one partition only (the run `make test` makes)",
+        )
+        parser.add_argument(
             "--json", action="store_true", help="print the figures as one JSON object, last"
         )
         parser.add_argument(
@@ -54,6 +66,8 @@ class Command(BaseCommand):
                 workers=options["workers"],
                 workdir=options["workdir"],
                 refusals=options["refuse_us"],
+                cluster=options["cluster"],
+                short=options["short"],
             )
         except ChaosRefused as exc:
             raise CommandError(str(exc)) from exc
