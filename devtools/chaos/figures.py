@@ -234,6 +234,8 @@ CLUSTER_BEGIN = (
     "<!-- cluster figures: begin (python -m devtools.chaos.figures --write docs/proof.md) -->"
 )
 CLUSTER_END = "<!-- cluster figures: end -->"
+SIZING_BEGIN = "<!-- sizing: begin (python -m devtools.chaos.figures --write README.md) -->"
+SIZING_END = "<!-- sizing: end -->"
 CLUSTER_FAULT_NAMES = {
     "postgres_failover": "primary killed (failover)",
     "postgres_switchover": "switchover",
@@ -328,6 +330,19 @@ def runs_stale(runs: Sequence[Run], current: Mapping[str, str] | None) -> list[s
     return stale
 
 
+def blocks_written(text: str, chaos: str, cluster: str, sizing_block: str) -> str:
+    """``text`` with each block it holds (the chaos figures, the cluster's, the sizing)
+    replaced by the one given."""
+    for begin, end, block in (
+        (BEGIN, END, chaos),
+        (CLUSTER_BEGIN, CLUSTER_END, cluster),
+        (SIZING_BEGIN, SIZING_END, sizing_block),
+    ):
+        if begin in text:
+            text = text.replace(readme_block(text, begin, end), block)
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=FIGURES_DIR)
@@ -344,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     block = render(runs)
     cluster = cluster_runs_load(options.dir)
     cluster_block = render_cluster(cluster)
+    sizing_block = "\n\n".join([SIZING_BEGIN, sizing(cluster), SIZING_END])
     stale = runs_stale([*runs, *cluster], product_trees())
     for sentence in stale:
         print(f"not the current code's figures: {sentence}", file=sys.stderr)
@@ -357,16 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if options.write is not None:
         text = options.write.read_text()
-        text = text.replace(readme_block(text), block)
-        if CLUSTER_BEGIN in text:
-            text = text.replace(readme_block(text, CLUSTER_BEGIN, CLUSTER_END), cluster_block)
-        options.write.write_text(text)
+        options.write.write_text(blocks_written(text, block, cluster_block, sizing_block))
     elif options.check is not None:
         text = options.check.read_text()
-        if readme_block(text) != block or (
-            CLUSTER_BEGIN in text
-            and readme_block(text, CLUSTER_BEGIN, CLUSTER_END) != cluster_block
-        ):
+        if blocks_written(text, block, cluster_block, sizing_block) != text:
             print(f"{options.check}: the chaos figures differ from {options.dir}", file=sys.stderr)
             return 1
     else:

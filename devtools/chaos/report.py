@@ -36,15 +36,17 @@ MUST_BE_ZERO = (
     "customers_not_told",
     "customers_told_twice",
     "customers_told_wrongly",
-    "committed_lost",
 )
+CLUSTER_MUST_BE_ZERO = ("committed_lost",)
+"""Figures only a run on a Patroni cluster has (``--cluster``; None for any other run), and
+that must be zero there too."""
 
 
 def verdict(figures: Mapping[str, Any]) -> list[str]:
     """Why the run fails, one sentence per reason; empty when it passes."""
     reasons = []
     examples = figures.get("examples") or {}
-    for name in MUST_BE_ZERO:
+    for name in (*MUST_BE_ZERO, *CLUSTER_MUST_BE_ZERO):
         value = figures.get(name)
         if not value:
             continue  # zero, or a figure the harness has no means to tell (None)
@@ -86,6 +88,9 @@ def report_lines(figures: Mapping[str, Any]) -> Sequence[str]:
             lines.append(f"    by cause                 {causes}")
         if name == "customers_not_told":
             lines.append(f"    owed a closing message   {figures.get('customers_owed')}")
+    for name in CLUSTER_MUST_BE_ZERO:
+        if figures.get(name) is not None:
+            lines.append(f"  {name:<26} {figures.get(name)}")
     lines.append(
         f"  needs_human_on_purpose     {figures.get('needs_human_on_purpose')} "
         f"(expected {figures.get('needs_human_expected')})"

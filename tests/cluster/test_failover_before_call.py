@@ -101,6 +101,11 @@ def test_a_step_committed_before_its_call_survives_the_primarys_death_and_is_cal
         killed_at = time.monotonic()
         leader = cluster.wait_for_leader(other_than=dead, timeout=90)
         # Committed on the old primary, so on the synchronous standby it became: still there.
+        wait_until(
+            lambda: observer.rows(step_of, [key]) is not None,
+            what="the new primary to answer",
+            timeout=60,
+        )
         assert observer.rows(step_of, [key]) == [("pending", 1)]
         assert charges_of(payments_sandbox, invoice) == []
         (tmp_path / "go").write_text("")

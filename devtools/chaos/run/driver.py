@@ -256,8 +256,8 @@ class Driver:
                 connections.close_all()
             self.hits += [Hit(event.kind, at, task, due) for task, due in struck]
         elif event.kind in CLUSTER_CONTROL:
-            if self.harness == "naive" or "failover" not in self.servers:
-                self.skipped[event.kind] += 1  # the naive loop keeps nothing in PostgreSQL
+            if "failover" not in self.servers:
+                self.skipped[event.kind] += 1
                 return
             before = self._committed()
             struck = self._waiting_on_a_doorbell(at)
@@ -333,8 +333,8 @@ class Driver:
     def committed_lost(self) -> tuple[int, list[str]] | None:
         """Steps shown committed before a cluster fault that are missing after the run, or
         whose settlement changed: with ``examples``. None for a run with no such fault."""
-        if not self.committed_before:
-            return None
+        if not self.committed_before or self.harness == "naive":
+            return None  # the naive loop keeps nothing in PostgreSQL
         after = self._committed() or {}
         lost = []
         for before in self.committed_before:
