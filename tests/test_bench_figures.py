@@ -315,3 +315,20 @@ def test_a_steps_cpu_near_its_tasks_start_and_end_is_shown_when_measured() -> No
         "The runner's own CPU a step, in a 200-step task: 812 µs from step 2, 1,530 µs over its "
         "last 40 (medians of 40 steps, of 5 tasks)."
     ) in text
+
+
+def test_the_readmes_sizing_is_the_benchmarks_own() -> None:
+    """Issue 36: what one PostgreSQL core carries, in the README, rendered from bench.json."""
+    from devtools.bench.figures import SIZING_BEGIN, SIZING_END, sizing
+
+    bench, _ = runs_load()
+    readme = (PAGE.parent.parent / "README.md").read_text()
+    block = readme_block(readme, SIZING_BEGIN, SIZING_END)
+    assert block == "\n\n".join([SIZING_BEGIN, sizing(bench), SIZING_END]), (
+        "the README's sizing differs from docs/bench/bench.json: "
+        "python -m devtools.bench.figures --write README.md"
+    )
+    one = (
+        bench["e2e_tasks_per_s"]["1_worker"] * bench["e2e_cpu_ms_per_task"]["1_worker"]["postgres"]
+    )
+    assert f"| {1000 / one:.1f} |" in block  # workers a core holds: 1000 ms over theirs

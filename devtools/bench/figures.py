@@ -633,9 +633,45 @@ def soaks_load(directory: Path = FIGURES_DIR) -> list[Run]:
     return [json.loads(path.read_text()) for path in sorted((directory / "soaks").glob("*.json"))]
 
 
-def readme_block(text: str) -> str:
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    return text[start:end]
+def readme_block(text: str, begin: str = BEGIN, end: str = END) -> str:
+    start, stop = text.index(begin), text.index(end) + len(end)
+    return text[start:stop]
+
+
+SIZING_BEGIN = "<!-- bench sizing: begin (python -m devtools.bench.figures --write README.md) -->"
+SIZING_END = "<!-- bench sizing: end -->"
+
+
+def sizing(run: Run) -> str:
+    """What one PostgreSQL core carries, from the benchmark's CPU readings: a step of the
+    production path, a renewal end to end, and a worker process's own pace."""
+    pg_step = run["cpu_us_per_step"]["production"]["postgres"]["median"]
+    cpu, rates = run["e2e_cpu_ms_per_task"], run["e2e_tasks_per_s"]
+    pg_task = cpu["2_workers"]["postgres"]
+    one, one_pg = rates["1_worker"], cpu["1_worker"]["postgres"]
+    per_core = 1000.0 / (one * one_pg)
+    wal = run["per_step"]["wal_bytes_per_step"]
+    return "\n".join(
+        [
+            f"| sizing (`make bench`, commit `{str(run['code']['commit'])[:10]}`) | |",
+            "|---|---:|",
+            f"| PostgreSQL's CPU a step of the production path | {pg_step:,.0f} µs |",
+            f"| steps a second one PostgreSQL core carries, at that | {1e6 / pg_step:,.0f} |",
+            f"| PostgreSQL's CPU a renewal end to end (2 workers) | {pg_task:.1f} ms |",
+            f"| renewals a second one PostgreSQL core carries, at that | {1000 / pg_task:,.0f} |",
+            f"| one worker process alone | {one:.1f} renewals/s |",
+            f"| worker processes one PostgreSQL core holds before it saturates | {per_core:.1f} |",
+            f"| WAL a step (one task of 200 steps) | {wal:,.0f} B |",
+        ]
+    )
+
+
+def blocks_written(text: str, block: str, sizing_block: str) -> str:
+    """``text`` with each block it holds (the figures, the sizing) replaced by the one given."""
+    for begin, end, new in ((BEGIN, END, block), (SIZING_BEGIN, SIZING_END, sizing_block)):
+        if begin in text:
+            text = text.replace(readme_block(text, begin, end), new)
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -645,12 +681,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     group.add_argument("--write", type=Path, metavar="PAGE", help="replace the block there")
     group.add_argument("--check", type=Path, metavar="PAGE", help="exit 1 if it differs")
     options = parser.parse_args(argv)
-    block = render(*runs_load(options.dir), soaks_load(options.dir))
+    bench, soak = runs_load(options.dir)
+    block = render(bench, soak, soaks_load(options.dir))
+    sizing_block = "\n\n".join([SIZING_BEGIN, sizing(bench), SIZING_END])
     if options.write is not None:
         text = options.write.read_text()
-        options.write.write_text(text.replace(readme_block(text), block))
+        options.write.write_text(blocks_written(text, block, sizing_block))
     elif options.check is not None:
-        if readme_block(options.check.read_text()) != block:
+        text = options.check.read_text()
+        if blocks_written(text, block, sizing_block) != text:
             print(f"{options.check}: the bench figures differ from {options.dir}", file=sys.stderr)
             return 1
     else:

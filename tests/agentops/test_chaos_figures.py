@@ -138,3 +138,42 @@ def test_figures_of_other_code_than_the_current_commit_s_are_refused(
     assert figures.main([*args, "--check", str(readme)]) == 0
     assert readme_block(readme.read_text()) == render(runs_load(tmp_path))
     assert readme.read_text().startswith("before\n") and readme.read_text().endswith("after\n")
+
+
+CLUSTER_SEEDS = (1, 2, 3)
+
+
+def test_the_cluster_runs_pass_for_safe_and_mcp_and_fail_for_naive_with_every_fault() -> None:
+    """Issue 36: `make chaos-cluster` on 3 seeds, each harness, each run with a failover, a
+    switchover, the primary cut off, Redis restarted empty and a rolling deploy; docs/proof.md's
+    cluster figures and the README's sizing are rendered from their files."""
+    from devtools.chaos.figures import (
+        CLUSTER_BEGIN,
+        CLUSTER_END,
+        SIZING_BEGIN,
+        SIZING_END,
+        cluster_runs_load,
+        render_cluster,
+        sizing,
+    )
+    from devtools.chaos.plan import CLUSTER_FAULTS
+
+    runs = cluster_runs_load()
+    found = {(r["harness"], r["seed"]) for r in runs}
+    assert found == {(h, n) for h in HARNESSES for n in CLUSTER_SEEDS}, sorted(found)
+    for run in runs:
+        assert run["ok"] is (run["harness"] != "naive"), (run["harness"], run["seed"])
+        fired = [f["kind"] for f in run["cluster"]["faults"] if "error" not in f]
+        assert fired == [k for k in CLUSTER_FAULTS if k != "redis_restart"], fired
+        assert run["faults_injected"].get("redis_restart", 0) >= 1
+        assert not run["cluster"]["short"]
+        if run["harness"] != "naive":
+            assert run["committed_lost"] == 0
+            assert all(f.get("recovery_s") is not None for f in run["cluster"]["faults"])
+        code = run["code"]
+        assert code["clean"] is True and set(code["product"]) == set(PRODUCT), code
+    page = (REPO / "docs" / "proof.md").read_text()
+    assert readme_block(page, CLUSTER_BEGIN, CLUSTER_END) == render_cluster(runs)
+    readme = (REPO / "README.md").read_text()
+    sized = readme_block(readme, SIZING_BEGIN, SIZING_END)
+    assert sized == "\n\n".join([SIZING_BEGIN, sizing(runs), SIZING_END])
