@@ -234,6 +234,28 @@ if not DATABASE_URL:
     )
 # One host, or several (a primary that fails over: docs/operating/many-machines.md).
 DATABASES = {"default": database_settings(DATABASE_URL, conn_max_age=60)}
+# A server that stops answering without closing the connection (its host cut off, or dead
+# without a reset) is given up after this long, so that the next connection finds the new
+# primary rather than waiting as long as TCP would: libpq's keepalives and TCP_USER_TIMEOUT,
+# unless DATABASE_URL sets its own.
+DATABASE_SILENCE_SECONDS = _data.seconds(
+    "DATABASE_SILENCE_SECONDS",
+    10.0,
+    "How long a connection waits on a database server that answers nothing (a partition, a "
+    "host that died) before it is given up: keepalives probe an idle one, and data sent stays "
+    "unacknowledged no longer (`TCP_USER_TIMEOUT`). `0`: as the operating system does "
+    "(minutes). A `keepalives…` or `tcp_user_timeout` in `DATABASE_URL` wins.",
+)
+if DATABASE_SILENCE_SECONDS > 0:
+    _silence = DATABASE_SILENCE_SECONDS
+    for _name, _value in {
+        "keepalives": 1,
+        "keepalives_idle": max(1, int(_silence / 3)),
+        "keepalives_interval": max(1, int(_silence / 6)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": int(_silence * 1000),
+    }.items():
+        DATABASES["default"].setdefault("OPTIONS", {}).setdefault(_name, _value)
 # The role that owns the tables and runs migrations (agentops/dbroles.py). Give it only to
 # `manage.py migrate`: every other process connects as DATABASE_URL's role, which owns
 # nothing and may write the journal only through the functions its kind of process calls.
