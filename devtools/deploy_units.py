@@ -11,6 +11,8 @@ Tooling: the product never imports it (pyproject.toml's import contracts).
 
 from __future__ import annotations
 
+import os
+import secrets
 import shlex
 import sys
 from dataclasses import dataclass
@@ -91,3 +93,26 @@ def environment_names(name: str) -> set[str]:
             if line and not line.startswith("#") and "=" in line:
                 names.add(line.split("=", 1)[0])
     return names
+
+
+def environment(**given: str) -> dict[str, str]:
+    """The environment a unit's process is started with here: this process's own without
+    agentops' and Django's settings (the units name theirs in their environment files), the
+    production settings an installed unit runs with (DEBUG off, a secret key, plain HTTP on
+    loopback, the sweeper and its grace quick enough for a test), and ``given``. Never the
+    owner's credentials."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AGENTOPS_"))}
+    env.update(
+        {
+            "DJANGO_DEBUG": "0",
+            "DJANGO_HTTPS": "0",
+            "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+            "SWEEP_INTERVAL_SECONDS": "0.3",
+            "SWEEP_GRACE_SECONDS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.pop("DATABASE_OWNER_URL", None)
+    env.update(given)
+    return env

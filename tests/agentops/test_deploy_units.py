@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
-import secrets
 import shutil
 import subprocess
 import uuid
@@ -103,27 +101,17 @@ def hosts(
     """The web server, two workers and two sweepers, each started by its unit's command line
     with its unit's role; torn down whatever the test did."""
     redis = quiet_world()
-    common = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AGENTOPS_"))},
+    common = deploy_units.environment(
         **{
             name: str(value)
             for name, value in sandbox_settings(
                 payments_sandbox, mail_sandbox, bookings_sandbox
             ).items()
         },
-        "DJANGO_DEBUG": "0",
-        "DJANGO_HTTPS": "0",
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-        "DJANGO_STATIC_ROOT": str(tmp_path / "static"),
-        "AGENTOPS_VERSION": VERSION,
-        "TOOL_TIMEOUT_SECONDS": "2",
-        "SWEEP_INTERVAL_SECONDS": "0.3",
-        "SWEEP_GRACE_SECONDS": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    for name in ("DATABASE_OWNER_URL", "DJANGO_SETTINGS_MODULE"):
-        common.pop(name, None)  # production's: manage.py's and wsgi.py's own default
+        DJANGO_STATIC_ROOT=str(tmp_path / "static"),
+        AGENTOPS_VERSION=VERSION,
+        TOOL_TIMEOUT_SECONDS="2",
+    )
     web_port = free_port()
     started: list[Popen] = []
 

@@ -219,6 +219,32 @@ print("TASKS " + json.dumps(ids))
 """
 
 
+def migrated(
+    cluster: Cluster,
+    payments: SandboxHandle,
+    mail: SandboxHandle,
+    bookings: SandboxHandle,
+    tmp_path: Path,
+) -> dict[str, str]:
+    """The cluster migrated as production is, this run's Redis emptied of other tests' jobs
+    (they name tasks of another database); returns the tools' settings its processes get."""
+    import django_rq
+
+    django_rq.get_connection("default").flushdb()
+    tools = {k: str(v) for k, v in sandbox_settings(payments, mail, bookings).items()}
+    # The tools' settings as the fleet of tests/agentops/workers.py has them: short calls,
+    # within the tests' two-second lease (a start-up check of every command).
+    tools["TOOL_TIMEOUT_SECONDS"] = "0.5"
+    _manage(
+        _env(cluster, APP_ROLE, DATABASE_OWNER_URL=cluster.url(role=OWNER_ROLE), **tools),
+        "migrate",
+        "-v0",
+        timeout=MIGRATE_TIMEOUT,
+        log=tmp_path / "migrate.log",
+    )
+    return tools
+
+
 def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
     cluster: Cluster,
     payments_sandbox: SandboxHandle,
@@ -227,25 +253,8 @@ def test_the_primary_killed_mid_charges_loses_no_commit_and_repeats_no_charge(
     clean_faults: None,
     tmp_path: Path,
 ) -> None:
-    import django_rq
-
-    # Jobs other tests left in this run's Redis name tasks of another database.
-    django_rq.get_connection("default").flushdb()
-    tools = {
-        k: str(v)
-        for k, v in sandbox_settings(payments_sandbox, mail_sandbox, bookings_sandbox).items()
-    }
-    # The tools' settings as the fleet of tests/agentops/workers.py has them: short calls,
-    # within the tests' two-second lease (a start-up check of every command).
-    tools["TOOL_TIMEOUT_SECONDS"] = "0.5"
     started = time.monotonic()
-    _manage(
-        _env(cluster, APP_ROLE, DATABASE_OWNER_URL=cluster.url(role=OWNER_ROLE), **tools),
-        "migrate",
-        "-v0",
-        timeout=MIGRATE_TIMEOUT,
-        log=tmp_path / "migrate.log",
-    )
+    tools = migrated(cluster, payments_sandbox, mail_sandbox, bookings_sandbox, tmp_path)
     print(f"cluster migrated in {time.monotonic() - started:.1f}s")
     payments_sandbox.client.fault(
         "payment_intents.create", "latency_before_effect", delay=CHARGE_LATENCY, times=None

@@ -22,16 +22,15 @@ from agentops.workers import WORKER_ARGS
 from devtools.cluster import Cluster
 from devtools.cluster.pause import armed
 from devtools.process import Popen, end, spawn, wait_until
-from devtools.stack.postgres import APP_ROLE, OWNER_ROLE, WEB_ROLE, WORKER_ROLE
-from tests.agentops.sandboxed import sandbox_settings
+from devtools.stack.postgres import WEB_ROLE, WORKER_ROLE
 from tests.agentops.test_business_effects import charges_of
 from tests.cluster.test_failover import (
-    MIGRATE_TIMEOUT,
     START_SCRIPT,
     Observer,
     _env,
     _manage,
     cluster,  # noqa: F401 - the fixture
+    migrated,
 )
 from tests.sandbox.fixtures import SandboxHandle
 
@@ -46,21 +45,7 @@ def test_a_step_committed_before_its_call_survives_the_primarys_death_and_is_cal
     clean_faults: None,
     tmp_path: Path,
 ) -> None:
-    import django_rq
-
-    django_rq.get_connection("default").flushdb()
-    tools = {
-        k: str(v)
-        for k, v in sandbox_settings(payments_sandbox, mail_sandbox, bookings_sandbox).items()
-    }
-    tools["TOOL_TIMEOUT_SECONDS"] = "0.5"
-    _manage(
-        _env(cluster, APP_ROLE, DATABASE_OWNER_URL=cluster.url(role=OWNER_ROLE), **tools),
-        "migrate",
-        "-v0",
-        timeout=MIGRATE_TIMEOUT,
-        log=tmp_path / "migrate.log",
-    )
+    tools = migrated(cluster, payments_sandbox, mail_sandbox, bookings_sandbox, tmp_path)
     runner = {"RECONCILE_SCHEDULE": "0.2,0.3,0.5,0.5,1,1,2,2,2", "SWEEP_GRACE_SECONDS": "1"}
     procs: list[Popen] = []
     try:

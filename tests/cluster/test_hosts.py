@@ -17,8 +17,6 @@ invoice, every task finished, and steps recorded by workers on at least three ho
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,22 +90,12 @@ def hosts(
             assert parts.hostname in ("127.0.0.1", "localhost") and parts.port, urls[name]
             relays[name] = Relay((gateway, parts.port), ("127.0.0.1", parts.port), name).start()
             urls[name] = moved(urls[name], gateway)
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AGENTOPS_"))},
+        env = deploy_units.environment(
             **urls,
-            "DJANGO_DEBUG": "0",
-            "DJANGO_HTTPS": "0",
-            "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-            "TOOL_TIMEOUT_SECONDS": "1",
-            "JOURNAL_LEASE_SECONDS": str(LEASE_SECONDS),
-            "RECONCILE_SCHEDULE": "0.2,0.3,0.5,0.5,1,1,2,2,2",
-            "SWEEP_INTERVAL_SECONDS": "0.3",
-            "SWEEP_GRACE_SECONDS": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-        for name in ("DATABASE_OWNER_URL", "DJANGO_SETTINGS_MODULE"):
-            env.pop(name, None)
+            TOOL_TIMEOUT_SECONDS="1",
+            JOURNAL_LEASE_SECONDS=str(LEASE_SECONDS),
+            RECONCILE_SCHEDULE="0.2,0.3,0.5,0.5,1,1,2,2,2",
+        )
 
         def start(host: int, unit: str, instance: str = "") -> Popen:
             argv = net.enter(host, uid=None, gid=None) + deploy_units.command(
