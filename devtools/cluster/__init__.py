@@ -32,9 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg.rows import TupleRow
-
 from devtools.cluster import network
 from devtools.cluster.network import Network
 from devtools.process import HOST, Popen, ProcessError, end, free_port, spawn, wait_until
@@ -363,7 +360,7 @@ class Cluster:
     def _postgres(self, node: Node) -> Postgres:
         """The launcher's PostgreSQL, pointed at `node`, for its role and database setup."""
         pg = _NodePostgres.__new__(_NodePostgres)
-        pg.host = node.host
+        pg.connect_host = node.host
         pg.port = node.pg_port
         pg.secrets_dir = self.root / "secrets"
         pg.data = node.data
@@ -439,23 +436,8 @@ class Cluster:
 class _NodePostgres(Postgres):
     """The launcher's PostgreSQL (its roles, its database), on a node at its own address."""
 
-    host: str
-
-    def connect(self, database: str = "postgres") -> psycopg.Connection[TupleRow]:
-        return psycopg.connect(
-            host=self.host,
-            port=self.port,
-            dbname=database,
-            user=SUPERUSER,
-            password=self.password(SUPERUSER),
-            sslmode="disable",
-            gssencmode="disable",
-            options="",
-            target_session_attrs="read-write",
-            application_name="agentops-cluster",
-            connect_timeout=10,
-            autocommit=True,
-        )
+    session_attrs = "read-write"
+    application_name = "agentops-cluster"
 
 
 def _get_json(url: str) -> Any:

@@ -87,6 +87,11 @@ class Postgres:
     workers connect as, `agentops_app` what runs both kinds at once; none owns anything.
     """
 
+    connect_host = HOST
+    """Where the superuser connects to set it up (a cluster's node: its own address)."""
+    session_attrs = "any"
+    application_name = "agentops-launcher"
+
     def __init__(
         self,
         *,
@@ -251,7 +256,7 @@ class Postgres:
         PGSSLMODE, ...), meant for the user's other servers: everything is said here.
         """
         return psycopg.connect(
-            host=HOST,
+            host=self.connect_host,
             port=self.port,
             dbname=database,
             user=SUPERUSER,
@@ -259,8 +264,8 @@ class Postgres:
             sslmode="disable",
             gssencmode="disable",
             options="",
-            target_session_attrs="any",
-            application_name="agentops-launcher",
+            target_session_attrs=self.session_attrs,
+            application_name=self.application_name,
             connect_timeout=10,
             autocommit=True,
         )
