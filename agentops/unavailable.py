@@ -12,6 +12,10 @@ paths: a view's (the API's, through django-ninja's handler; a page's, through th
 middleware's ``process_exception``), and whatever else, through :func:`server_error`, Django's
 ``handler500``, which it calls only with DEBUG off (with it on, a developer sees the
 traceback).
+
+Each 503 is one WARNING line, naming the request and the error's class: a failover is
+expected, not a fault of the app's (Django's own ERROR line and traceback for a 5xx are not
+written for it).
 """
 
 from __future__ import annotations
@@ -75,6 +79,9 @@ def unavailable_response(request: HttpRequest) -> HttpResponse:
         response = HttpResponse(page, status=503)
     response["Retry-After"] = str(retry)
     response["Cache-Control"] = "no-store"
+    # Told once, by :func:`_logged`'s warning: Django would log every 5xx again at ERROR (and
+    # a middleware's with its traceback), an alarm for each request of a failover.
+    response._has_been_logged = True  # type: ignore[attr-defined]
     return response
 
 

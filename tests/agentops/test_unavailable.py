@@ -7,6 +7,7 @@ gives while a failover is under way (every node refuses, or none takes writes).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 
 import psycopg
@@ -38,8 +39,21 @@ def client() -> Client:
     return Client(raise_request_exception=False)
 
 
+def _one_warning_each(caplog: pytest.LogCaptureFixture, answered: int) -> None:
+    """Each 503 was told once, as a warning: no ERROR line, no traceback (an alarm for each
+    request of a failover otherwise)."""
+    loud = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert loud == [], [(r.name, r.getMessage()) for r in loud]
+    told = [r for r in caplog.records if r.name == "agentops.unavailable"]
+    assert len(told) == answered
+    assert all(r.levelno == logging.WARNING and r.exc_info is None for r in told)
+    assert all("answered 503" in r.getMessage() for r in told)
+
+
 @pytest.mark.usefixtures("no_primary")
-def test_the_api_answers_503_in_its_own_shape_with_retry_after() -> None:
+def test_the_api_answers_503_in_its_own_shape_with_retry_after(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     for method, path in (("get", "/api/v1/tasks"), ("post", "/api/v1/tasks")):
         response = getattr(client(), method)(
             path,
@@ -53,10 +67,13 @@ def test_the_api_answers_503_in_its_own_shape_with_retry_after() -> None:
         body = json.loads(response.content)
         assert body["detail"] == SENTENCE
         assert "Traceback" not in response.content.decode()
+    _one_warning_each(caplog, answered=2)
 
 
 @pytest.mark.usefixtures("no_primary")
-def test_a_page_answers_503_with_a_sentence_not_a_traceback() -> None:
+def test_a_page_answers_503_with_a_sentence_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     browser = client()
     # A session cookie: the login check reads the session before any view runs.
     browser.cookies["sessionid"] = "x" * 32
@@ -67,6 +84,7 @@ def test_a_page_answers_503_with_a_sentence_not_a_traceback() -> None:
         page = response.content.decode()
         assert SENTENCE in page
         assert "Traceback" not in page
+    _one_warning_each(caplog, answered=2)
 
 
 def test_only_a_lost_database_is_unavailable_not_a_statements_own_error() -> None:
