@@ -6,7 +6,7 @@ PYTHON ?= python3
 PYTEST_ARGS ?=
 # pytest runs as this many shards side by side, each with a PostgreSQL and a Redis of its own
 # (devtools/stack/shards.py, tests/sharding.py); each prints its slowest tests at its end.
-TEST_SHARDS ?= 3
+TEST_SHARDS ?= 4
 VENV := .venv
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
