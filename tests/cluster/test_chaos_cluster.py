@@ -54,6 +54,9 @@ def test_the_short_cluster_chaos_run_passes_with_a_failover_and_a_partition(
     faults = figures["cluster"]["faults"]
     assert [f["kind"] for f in faults] == ["postgres_failover", "postgres_isolate"], faults
     assert all(f.get("recovery_s") is not None for f in faults), faults
+    # Read from the journal: no step commits until a primary is back, which takes Patroni
+    # seconds (its ttl, 10 s), and one commits before the run ends.
+    assert all(2.0 < f["recovery_s"] < 60.0 for f in faults), faults
     capacity = figures["capacity"]
     assert capacity["wal_bytes_per_step"] > 0 and capacity["journal_bytes_per_task"] > 0
     assert capacity["commit_sync_ms"] > 0 and capacity["commit_local_ms"] > 0

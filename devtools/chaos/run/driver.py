@@ -11,12 +11,13 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import django_rq
 from django.db import connections
-from django.db.models import Count, Max
+from django.db.models import Count, Min
 from django.db.models.functions import Now
 
 from agentops.effects import task_start
@@ -75,7 +76,8 @@ class Driver:
     """Each cluster fault (``--cluster``): its kind, moment, what the cluster said, and the
     seconds from it to the journal's next commit."""
     committed_before: list[dict[int, str] | None] = field(default_factory=list)
-    _recovering: tuple[int, float, int | None] | None = None
+    _fault_at: dict[int, float] = field(default_factory=dict)
+    """Each cluster fault's moment (wall clock, taken before it began), by its index."""
 
     @property
     def ids(self) -> list[str]:
@@ -275,13 +277,13 @@ class Driver:
             self.cluster_faults.append(
                 {"kind": event.kind, "at_s": round(at - self.started, 2), "answer": answer}
             )
-            self._recovering = (len(self.cluster_faults) - 1, at, self._last_entry())
+            self._fault_at[len(self.cluster_faults) - 1] = at
         elif event.kind == "rolling_deploy":
             version = self.world.deploy()
             self.cluster_faults.append(
                 {"kind": event.kind, "at_s": round(at - self.started, 2), "version": version}
             )
-            self._recovering = (len(self.cluster_faults) - 1, at, self._last_entry())
+            self._fault_at[len(self.cluster_faults) - 1] = at
         elif event.kind == "provider_down":
             self.world.admin(event.target, lambda c: c.fault("*", "down", delay=event.duration))
         elif event.kind == "mcp_server_kill":
@@ -305,30 +307,30 @@ class Driver:
         )
         return None if rows is None else {int(pk): str(state) for pk, state in rows}
 
-    def _last_entry(self) -> int | None:
-        """The journal's newest entry: a step recorded or settled after it is a commit."""
-        return db_or(lambda: Entry.objects.aggregate(last=Max("id"))["last"] or 0, None)
-
-    def watch_recovery(self) -> None:
-        """Once a cluster fault is done: when the journal first commits again (the time from
-        the fault to the next step recorded or settled)."""
-        if self._recovering is None:
-            self.world.deploy_go_on()
-            return
+    def deploy_go_on(self) -> None:
+        """A rolling deploy under way takes its next step (devtools.chaos.world)."""
         self.world.deploy_go_on()
-        index, at, baseline = self._recovering
-        if baseline is None:  # the database was away as the fault began: from now
-            self._recovering = (index, at, self._last_entry())
-            return
-        moved = db_or(
-            lambda: Entry.objects.filter(
-                id__gt=baseline, kind__in=(EntryKind.STEP_RECORDED, EntryKind.STEP_SETTLED)
-            ).exists(),
-            False,
-        )
-        if moved:
-            self.cluster_faults[index]["recovery_s"] = round(time.time() - at, 2)
-            self._recovering = None
+
+    def recoveries(self) -> None:
+        """Once the run is over: each cluster fault's seconds to the journal's next commit,
+        read from the journal itself (the first step recorded or settled whose transaction
+        began after the fault did, by PostgreSQL's clock, the same host's), not from this
+        loop, which may be held meanwhile (an agent's call waiting on the MCP server, a
+        task's start waiting on the database) and would see it late. None: never."""
+        kinds = (EntryKind.STEP_RECORDED, EntryKind.STEP_SETTLED)
+
+        def first_since(since: datetime) -> datetime | None:
+            found: datetime | None = Entry.objects.filter(at__gte=since, kind__in=kinds).aggregate(
+                first=Min("at")
+            )["first"]
+            return found
+
+        for index, at in self._fault_at.items():
+            since = datetime.fromtimestamp(at, tz=UTC)
+            first = db_or(partial(first_since, since), None)
+            self.cluster_faults[index]["recovery_s"] = (
+                round(first.timestamp() - at, 2) if first is not None else None
+            )
 
     def committed_lost(self) -> tuple[int, list[str]] | None:
         """Steps shown committed before a cluster fault that are missing after the run, or

@@ -86,6 +86,8 @@ def chaos_run(
             driver.calm_providers()
         world.stop_workers()
         lost = driver.committed_lost() if cluster else None
+        if cluster:
+            driver.recoveries()
         if harness == "mcp":
             driver.mcp_tasks_find()
         connections.close_all()
@@ -219,7 +221,7 @@ def _drive(driver: Driver, bar: Bar, *, time_limit: float, began: float) -> None
         driver.submit_due(elapsed)
         driver.fire_due(elapsed)
         driver.tend_workers()
-        driver.watch_recovery()
+        driver.deploy_go_on()
         driver.decide_approvals()
         if not driver.calm and elapsed >= plan.faults_until:
             driver.calm_providers()
