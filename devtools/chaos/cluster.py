@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ import psycopg
 
 from devtools.cluster import Cluster, ClusterError, Node
 from devtools.process import REPO, ProcessError
-from devtools.stack.control import CONTROL_VARIABLE, stack_control
+from devtools.stack.control import CONTROL_VARIABLE, control_serve, stack_control
 from devtools.stack.postgres import APP_ROLE, DATABASE_ROLES, OWNER_ROLE, WEB_ROLE, WORKER_ROLE
 
 MIGRATE_TIMEOUT = 300.0
@@ -133,34 +132,6 @@ class ClusterFaults:
         return {"ok": True, **said}
 
 
-def serve(path: Path, faults: ClusterFaults) -> socket.socket:
-    """The control socket at ``path``: one request a connection, a line each way."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(str(path))
-    finally:
-        os.umask(old)
-    sock.listen(4)
-
-    def loop() -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            with conn:
-                try:
-                    request = conn.makefile("r").readline().split()
-                    reply = faults.handle(request)
-                    conn.sendall((json.dumps(reply) + "\n").encode())
-                except OSError:
-                    continue
-
-    threading.Thread(target=loop, daemon=True).start()
-    return sock
-
-
 PROBES = 200
 
 
@@ -240,9 +211,8 @@ def _env(cluster: Cluster, **extra: str) -> dict[str, str]:
         "DATABASE_URL": cluster.url(role=APP_ROLE),
         "DATABASE_WEB_URL": cluster.url(role=WEB_ROLE),
         "DATABASE_WORKER_URL": cluster.url(role=WORKER_ROLE),
-        **extra,
     }
-    env.pop("DATABASE_OWNER_URL", None)
+    env.pop("DATABASE_OWNER_URL", None)  # only where ``extra`` gives it (migrate)
     env.update(extra)
     return env
 
@@ -266,7 +236,7 @@ def main(argv: list[str]) -> int:
         before = journal_now(owner)
         faults = ClusterFaults(cluster, outer)
         path = cluster.root / "control.sock"
-        sock = serve(path, faults)
+        sock = control_serve(path, faults.handle)
         try:
             ran = subprocess.run(  # noqa: S603 - our own manage.py
                 [sys.executable, "manage.py", "chaos", "--cluster", *argv],

@@ -17,6 +17,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,6 +56,41 @@ class Server(Protocol):
     def stop(self) -> None: ...
 
 
+def control_serve(
+    path: Path,
+    handle: Callable[[list[str]], dict[str, Any]],
+    *,
+    timeout: float | None = None,
+) -> socket.socket:
+    """A control socket at ``path``, its owner's only: one request a connection, a line each
+    way, answered by ``handle`` (the request's words → the reply) on a thread of its own,
+    each connection given ``timeout``. Closing the socket ends the thread."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    sock.listen(4)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return  # closed
+            with conn:
+                conn.settimeout(timeout)
+                try:
+                    request = conn.makefile("r").readline().split()
+                    conn.sendall((json.dumps(handle(request)) + "\n").encode())
+                except OSError:
+                    continue
+
+    threading.Thread(target=serve, daemon=True).start()
+    return sock
+
+
 class ServerControl:
     """The launcher's end: a UNIX socket at `path`, served by a thread of its own."""
 
@@ -63,32 +99,9 @@ class ServerControl:
         self.servers = servers
         self.lock = threading.Lock()
         self.closing = False
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)
-        try:
-            self.sock.bind(str(path))
-        finally:
-            os.umask(old_umask)
-        self.sock.listen(4)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        self.sock = control_serve(path, self._handle, timeout=START_TIMEOUT * 2)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return  # closed
-            with conn:
-                conn.settimeout(START_TIMEOUT * 2)
-                try:
-                    request = conn.makefile("r").readline().split()
-                    reply = self._handle(request)
-                    conn.sendall((json.dumps(reply) + "\n").encode())
-                except OSError:
-                    continue
-
-    def _handle(self, request: list[str]) -> dict[str, object]:
+    def _handle(self, request: list[str]) -> dict[str, Any]:
         if request == ["servers"]:
             return {"ok": True, "servers": sorted(self.servers)}
         if len(request) != 2 or request[0] != "restart" or request[1] not in self.servers:

@@ -307,10 +307,6 @@ class Driver:
         )
         return None if rows is None else {int(pk): str(state) for pk, state in rows}
 
-    def deploy_go_on(self) -> None:
-        """A rolling deploy under way takes its next step (devtools.chaos.world)."""
-        self.world.deploy_go_on()
-
     def recoveries(self) -> None:
         """Once the run is over: each cluster fault's seconds to the journal's next commit,
         read from the journal itself (the first step recorded or settled whose transaction

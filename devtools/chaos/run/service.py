@@ -221,7 +221,7 @@ def _drive(driver: Driver, bar: Bar, *, time_limit: float, began: float) -> None
         driver.submit_due(elapsed)
         driver.fire_due(elapsed)
         driver.tend_workers()
-        driver.deploy_go_on()
+        driver.world.deploy_go_on()  # a rolling deploy under way: its next step
         driver.decide_approvals()
         if not driver.calm and elapsed >= plan.faults_until:
             driver.calm_providers()
